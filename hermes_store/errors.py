@@ -1,0 +1,80 @@
+"""The package's own exceptions.
+
+Every error a caller can get from hermes_store derives from ``HermesStoreError`` and
+says what went wrong *and what to do about it*. Title errors additionally subclass
+``ValueError`` because upstream Hermes raised ``ValueError`` and callers catch that.
+"""
+
+from __future__ import annotations
+
+
+class HermesStoreError(Exception):
+    """Base class for every error raised by hermes_store."""
+
+
+class StoreClosedError(HermesStoreError):
+    """A method was called on a SessionDB after ``close()``."""
+
+    def __init__(self, path: object = None) -> None:
+        where = f" ({path})" if path else ""
+        super().__init__(f"store closed{where}: open a new SessionDB to keep using the database")
+
+
+class StoreBusyError(HermesStoreError):
+    """A write unit could not take the write lock within the retry budget."""
+
+    def __init__(self, path: object, attempts: int, last_error: object = None) -> None:
+        self.path = path
+        self.attempts = attempts
+        detail = f": {last_error}" if last_error else ""
+        super().__init__(
+            f"database is busy: {path} stayed locked by another writer for {attempts} "
+            f"attempts{detail}. Another process holds a long write transaction; retry later "
+            "or raise the retry budget (write_attempts=)."
+        )
+
+
+class StoreFullError(HermesStoreError):
+    """The disk (or the file's page limit) is full; the unit was rolled back."""
+
+
+class SchemaError(HermesStoreError):
+    """Base class for schema/version problems."""
+
+
+class SchemaTooNewError(SchemaError):
+    """The file was written by a newer version than this package knows."""
+
+
+class SchemaOutOfDateError(SchemaError):
+    """The file is older than head and automatic upgrade was refused."""
+
+
+class NotADatabaseError(HermesStoreError):
+    """The file is not a SQLite database (or its header is destroyed)."""
+
+
+class DatabaseDamagedError(HermesStoreError):
+    """SQLite reports corruption; the file was not written."""
+
+
+class UnsafePathError(HermesStoreError):
+    """The database path is unsafe to open (e.g. a planted symlink)."""
+
+
+class SessionNotFoundError(HermesStoreError, KeyError):
+    """An operation that needs an existing session was given an unknown id."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session with id {session_id!r}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0]
+
+
+class TitleError(HermesStoreError, ValueError):
+    """An invalid or conflicting session title (texts kept identical to upstream)."""
+
+
+RECOVER_HINT = "run `hermes-store recover --output NEW.db` to salvage its rows into a fresh file"

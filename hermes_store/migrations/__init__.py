@@ -1,0 +1,1 @@
+"""Alembic migration environment for state.db (revisions 0001-0030 = schema v1-v30)."""
