@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test]'
-exec .venv/bin/python -m pytest -n 2 "$@"
+export PATH="$PWD/.venv/bin:$PATH"   # console scripts (alembic, hermes-store) for subprocess tests
+python -m pip install --quiet --upgrade pip
+python -m pip install --quiet -e '.[test]'
+exec python -m pytest -n 2 "$@"
