@@ -78,3 +78,7 @@ class TitleError(HermesStoreError, ValueError):
 
 
 RECOVER_HINT = "run `hermes-store recover --output NEW.db` to salvage its rows into a fresh file"
+
+
+class DatabaseAccessError(HermesStoreError):
+    """The file or its directory cannot be read or written with our permissions."""
