@@ -1,0 +1,653 @@
+"""Schema management for a state.db file: upgrade, downgrade, current, adopt.
+
+    from hermes_store import migrate
+
+    migrate.upgrade()                      # $HERMES_HOME/state.db (else ~/.hermes) to head
+    migrate.upgrade("state.db", "0022")    # to schema version 22
+    migrate.current("state.db")            # "0022"
+    migrate.downgrade("state.db", "0021")
+
+Revision ``00NN`` is upstream schema version N (decision D2). Everything runs the
+Alembic scripts shipped inside the package (``hermes_store/migrations``) through an
+in-memory :class:`alembic.config.Config`, so no ``alembic.ini`` is needed on disk; the
+repository's ``alembic.ini`` runs the very same ``env.py`` for ``alembic -x db=PATH …``.
+
+A file that upstream Hermes wrote has a ``schema_version`` row but no
+``alembic_version`` table. Upgrading it *adopts* it first (decision D5): the file is
+healed to the shape revision ``00NN`` gives an empty database (upstream files stamped N
+sometimes lack objects of version N), stamped ``00NN``, then upgraded. See
+:func:`adopt` and ``docs/migrations.md``.
+
+Before anything touches a file it is probed read-only: a file that is not SQLite, is
+damaged, or was written by a newer version (schema version above :func:`head`) is
+refused with an error from :mod:`hermes_store.errors` and left byte-for-byte as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from alembic.script import ScriptDirectory
+from sqlalchemy.pool import StaticPool
+
+from . import errors
+from .paths import default_db_path
+
+#: the packaged Alembic scripts (env.py, versions/)
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: ``progress(revision, description)`` is called after each applied step
+Progress = Callable[[str, str], None]
+
+__all__ = [
+    "FileState",
+    "CheckResult",
+    "upgrade",
+    "downgrade",
+    "stamp",
+    "current",
+    "head",
+    "history",
+    "check",
+    "schema_version_of",
+    "inspect_file",
+    "adopt",
+]
+
+
+# --------------------------------------------------------------------------- config
+
+
+def config(
+    path: str | os.PathLike | None = None,
+    *,
+    connection: sa.Connection | None = None,
+    progress: Progress | None = None,
+) -> Config:
+    """An Alembic Config on the packaged scripts, bound to a file or a live connection."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("file_template", "%%(rev)s_%%(slug)s")
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    if path is not None:
+        cfg.attributes["db_path"] = str(path)
+    if progress is not None:
+        cfg.attributes["progress"] = progress
+    return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(config())
+
+
+def head() -> str:
+    """The newest revision id (``"0030"`` = upstream schema version 30)."""
+    return _scripts().get_current_head()
+
+
+def history() -> list[tuple[str, str]]:
+    """``(revision, one-line description)`` for every revision, oldest first."""
+    revisions = list(_scripts().walk_revisions())
+    revisions.reverse()
+    return [(r.revision, (r.doc or "").strip().splitlines()[0] if r.doc else "") for r in revisions]
+
+
+# --------------------------------------------------------------------------- probing
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a read-only probe found in a file.
+
+    ``kind`` is one of ``"missing"``, ``"empty"`` (no tables: a fresh file),
+    ``"alembic"`` (already managed: ``revision`` from ``alembic_version``) or
+    ``"upstream"`` (written by upstream Hermes: ``revision`` derived from
+    ``schema_version``, ``"0001"`` for a ``sessions`` table without one).
+    """
+
+    path: Path
+    kind: str
+    revision: str | None
+    schema_version: int | None
+    writable: bool
+
+    @property
+    def needs_adoption(self) -> bool:
+        return self.kind == "upstream"
+
+
+def _head_number(scripts: ScriptDirectory) -> int:
+    return int(scripts.get_current_head())
+
+
+def _classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where: object):
+    """Shared by the path probe and the in-transaction check: (kind, revision, version)."""
+    newest = _head_number(scripts)
+    tables = {
+        name
+        for (name,) in run("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if not name.startswith("sqlite_")
+    }
+    version = None
+    if "schema_version" in tables:
+        rows = run("SELECT version FROM schema_version LIMIT 1")
+        if rows:
+            version = rows[0][0]
+            if not isinstance(version, int) or version < 1:
+                raise errors.DatabaseDamagedError(
+                    f"{where}: schema_version holds {version!r}, which is not a schema "
+                    f"version; {errors.RECOVER_HINT}"
+                )
+            if version > newest:
+                raise _too_new(where, f"schema version {version}", newest)
+    if "alembic_version" in tables:
+        rows = run("SELECT version_num FROM alembic_version")
+        if len(rows) != 1:
+            raise errors.DatabaseDamagedError(
+                f"{where}: alembic_version holds {len(rows)} rows instead of one; "
+                f"{errors.RECOVER_HINT}"
+            )
+        revision = rows[0][0]
+        try:
+            scripts.get_revision(revision)
+        except Exception:
+            if revision.isdigit() and int(revision) > newest:
+                raise _too_new(where, f"revision {revision}", newest) from None
+            raise errors.SchemaError(
+                f"{where}: stamped with revision {revision!r}, which this package does not "
+                "know; it was migrated by a different tool"
+            ) from None
+        return "alembic", revision, version
+    if version is not None:
+        return "upstream", f"{version:04d}", version
+    if "sessions" in tables:  # upstream v1 kept no version row
+        return "upstream", "0001", None
+    if not tables:
+        return "empty", None, None
+    raise errors.NotADatabaseError(
+        f"{where} is a SQLite database but not a Hermes state.db (tables: "
+        f"{', '.join(sorted(tables)[:5])}…); point hermes_store at the right file"
+    )
+
+
+def _too_new(where: object, found: str, newest: int) -> errors.SchemaTooNewError:
+    return errors.SchemaTooNewError(
+        f"{where} has {found}, newer than this hermes_store understands (up to schema "
+        f"version {newest}); it was written by a newer Hermes — upgrade hermes_store. "
+        "The file was not changed."
+    )
+
+
+def inspect_file(path: str | os.PathLike) -> FileState:
+    """Probe a file without writing to it (not even its journal mode).
+
+    Raises NotADatabaseError, DatabaseDamagedError, SchemaTooNewError,
+    StoreBusyError or DatabaseAccessError; never changes the file.
+    """
+    p = Path(path).expanduser().absolute()
+    if not p.exists():
+        return FileState(p, "missing", None, None, os.access(_existing_parent(p), os.W_OK))
+    if p.is_dir():
+        raise errors.NotADatabaseError(f"{p} is a directory, not a database file")
+    try:
+        with open(p, "rb") as fh:
+            header = fh.read(100)
+    except PermissionError as exc:
+        raise errors.DatabaseAccessError(
+            f"cannot read {p} ({exc.strerror}); fix its permissions or run as its owner"
+        ) from exc
+    writable = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK)
+    if not header:
+        return FileState(p, "empty", None, None, writable)
+    if not header.startswith(_SQLITE_MAGIC):
+        raise errors.NotADatabaseError(
+            f"{p} is not a SQLite database (its header is not SQLite's); if it was a "
+            f"state.db its header is destroyed: {errors.RECOVER_HINT}"
+        )
+    with sqlite_errors(p):
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
+        try:
+            kind, revision, version = _classify(
+                lambda sql: conn.execute(sql).fetchall(), _scripts(), p
+            )
+        finally:
+            conn.close()
+    return FileState(p, kind, revision, version, writable)
+
+
+def _existing_parent(p: Path) -> Path:
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def schema_version_of(path: str | os.PathLike) -> int | None:
+    """The upstream ``schema_version`` recorded in a file (None when absent)."""
+    return inspect_file(path).schema_version
+
+
+def current(path: str | os.PathLike | None = None) -> str | None:
+    """The file's revision, without writing to it.
+
+    For a file upstream Hermes wrote (not yet adopted) this is the revision its
+    ``schema_version`` corresponds to; None for a missing or empty file.
+    """
+    return inspect_file(_resolve(path)).revision
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@contextlib.contextmanager
+def sqlite_errors(path: object) -> Iterator[None]:
+    """Turn SQLite's error codes into the package's errors (which say what to do)."""
+    try:
+        yield
+    except (sqlite3.Error, sa.exc.DBAPIError) as exc:
+        translated = translate_sqlite_error(exc, path)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def translate_sqlite_error(exc: BaseException, path: object) -> errors.HermesStoreError | None:
+    orig = getattr(exc, "orig", exc)
+    name = getattr(orig, "sqlite_errorname", "") or ""
+    text = str(orig)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
+        return errors.StoreBusyError(
+            path, 1, "another process holds a write lock; close other Hermes processes "
+            "using this file or retry later"
+        )
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {errors.RECOVER_HINT}")
+    if name == "SQLITE_NOTADB" or "file is not a database" in text:
+        return errors.NotADatabaseError(
+            f"{path} is not a SQLite database ({text}); {errors.RECOVER_HINT}"
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+        return errors.DatabaseAccessError(
+            f"{path} is read-only ({text}); make the file and its directory writable, or "
+            "run as the user that owns them"
+        )
+    if name.startswith("SQLITE_FULL"):
+        return errors.StoreFullError(f"the disk holding {path} is full; free space and retry")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return errors.DatabaseAccessError(
+            f"cannot open {path} ({text}); check that the directory exists and is writable"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _resolve(path: str | os.PathLike | None) -> Path:
+    return Path(path).expanduser().absolute() if path is not None else default_db_path()
+
+
+def upgrade(
+    path: str | os.PathLike | None = None,
+    revision: str = "head",
+    *,
+    progress: Progress | None = None,
+) -> str | None:
+    """Upgrade (adopting first if needed) a file to ``revision``; returns the new revision.
+
+    A missing file is created (with its directory). A file already at the target is
+    left alone, even when it is read-only.
+    """
+    p = _resolve(path)
+    state = inspect_file(p)
+    if state.kind == "alembic" and _is_at(state.revision, revision):
+        return state.revision
+    if state.kind == "missing":
+        p.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite_errors(p):
+        command.upgrade(config(p, progress=progress), revision)
+    return inspect_file(p).revision
+
+
+def _is_at(current_rev: str | None, target: str) -> bool:
+    scripts = _scripts()
+    try:
+        wanted = scripts.get_revision(target)
+    except Exception:
+        return False
+    return wanted is not None and wanted.revision == current_rev
+
+
+def downgrade(path: str | os.PathLike | None, revision: str) -> str | None:
+    """Downgrade a file to ``revision`` (``"base"`` removes every table)."""
+    p = _resolve(path)
+    inspect_file(p)
+    with sqlite_errors(p):
+        command.downgrade(config(p), revision)
+    return inspect_file(p).revision
+
+
+def stamp(path: str | os.PathLike | None, revision: str) -> None:
+    """Record ``revision`` (and its schema_version) without running migrations."""
+    p = _resolve(path)
+    inspect_file(p)
+    with sqlite_errors(p):
+        command.stamp(config(p), revision)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    revision: str | None
+    head: str
+    drift: list[str]
+
+    @property
+    def at_head(self) -> bool:
+        return self.revision == self.head
+
+    @property
+    def ok(self) -> bool:
+        return self.at_head and not self.drift
+
+
+def check(path: str | os.PathLike | None = None) -> CheckResult:
+    """Is the file at head, and do its ordinary tables match ``hermes_store.schema``?
+
+    ``drift`` lists Alembic autogenerate's differences (FTS objects excluded);
+    read-only: the file is not changed.
+    """
+    from alembic.autogenerate import compare_metadata
+
+    from .engine import create_engine
+    from .schema import metadata
+
+    p = _resolve(path)
+    state = inspect_file(p)
+    drift: list[str] = []
+    if state.kind in ("alembic", "upstream"):
+        engine = create_engine(p, read_only=True, journal_mode=None, poolclass=sa.pool.NullPool)
+        try:
+            with sqlite_errors(p), engine.connect() as conn:
+                ctx = MigrationContext.configure(
+                    conn, opts={"include_name": include_name, "compare_type": True}
+                )
+                drift = [repr(d) for d in compare_metadata(ctx, metadata)]
+        finally:
+            engine.dispose()
+    return CheckResult(state.revision, head(), drift)
+
+
+# --------------------------------------------------------------------------- autogenerate
+
+#: tables upstream creates lazily with their own versioning (not part of our schema)
+_UPSTREAM_LAZY_TABLES = ("telegram_dm_topic_",)
+
+
+def _is_fts_object(name: str) -> bool:
+    try:
+        from .fts.ddl import is_fts_object
+    except ImportError:  # the FTS layer not installed yet: its objects share a prefix
+        return name.startswith(("messages_fts", "fts_v22_trash_"))
+    return is_fts_object(name)
+
+
+def include_name(name: str | None, type_: str, parent_names) -> bool:
+    """Autogenerate filter: FTS tables/shadows/views and upstream's lazy tables are
+    not ours to compare (they are checked by the golden sqlite_master test)."""
+    if type_ == "table" and name is not None:
+        return not (_is_fts_object(name) or name.startswith(_UPSTREAM_LAZY_TABLES))
+    return True
+
+
+# --------------------------------------------------------------------------- locking
+
+
+@contextlib.contextmanager
+def migration_lock(path: Path) -> Iterator[None]:
+    """Serialize migrations of one file across processes.
+
+    Alembic decides which steps to run from the version it read before the first
+    step's transaction, so two processes upgrading at once would both try to apply
+    the same step. An advisory lock on ``<db>.migrate.lock`` makes the second wait,
+    then find the work done. (The database file itself cannot be flock()ed safely:
+    closing any descriptor of it drops SQLite's own POSIX locks.)
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: SQLite's BEGIN IMMEDIATE is the only guard
+        yield
+        return
+    lock_path = Path(f"{path}.migrate.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # read-only directory: nothing will be written anyway
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- adoption
+
+
+@dataclass
+class _Shape:
+    """The objects of one database, by kind (FTS shadow tables and sqlite_* left out)."""
+
+    tables: dict[str, tuple[str, list[tuple]]]  # name -> (CREATE sql, table_info rows)
+    indexes: dict[str, str]
+    triggers: dict[str, str]
+    views: dict[str, str]
+    virtual_tables: dict[str, str]
+
+
+def _shape_of(conn: sa.Connection) -> _Shape:
+    shadow = {
+        name
+        for (name,) in conn.exec_driver_sql(
+            "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'"
+        )
+    }
+    shape = _Shape({}, {}, {}, {}, {})
+    rows = conn.exec_driver_sql(
+        "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+    ).fetchall()
+    for kind, name, sql in rows:
+        if name.startswith("sqlite_") or name == "alembic_version" or name in shadow:
+            continue
+        if kind == "table" and sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            shape.virtual_tables[name] = sql
+        elif kind == "table":
+            info = conn.exec_driver_sql(f'PRAGMA table_info("{name}")').fetchall()
+            shape.tables[name] = (sql, [tuple(r) for r in info])
+        elif kind == "index":
+            shape.indexes[name] = sql
+        elif kind == "trigger":
+            shape.triggers[name] = sql
+        elif kind == "view":
+            shape.views[name] = sql
+    return shape
+
+
+_QUOTED = re.compile(r"('(?:[^']|'')*')")
+
+
+def _normalized(sql: str) -> str:
+    """DDL text compared loosely: case, spacing, IF NOT EXISTS and identifier quotes."""
+    parts = _QUOTED.split(sql)
+    for i in range(0, len(parts), 2):  # code between string literals
+        code = re.sub(r"\s+", " ", parts[i].lower())
+        code = re.sub(r'"(\w+)"', r"\1", code)
+        code = re.sub(r"\s*([(),;=|<>+*/-])\s*", r"\1", code)
+        parts[i] = code.replace("if not exists ", "")
+    return "".join(parts).strip()
+
+
+def _memory_engine() -> sa.Engine:
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool)
+
+    @sa.event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None
+
+    return engine
+
+
+_shape_cache: dict[tuple[str, str], _Shape] = {}
+
+
+def revision_shape(scripts: ScriptDirectory, revision: str) -> _Shape:
+    """The objects an empty database has after upgrading to ``revision``.
+
+    Built by running the same revision scripts on an in-memory database, so the
+    reference can never disagree with the migrations themselves.
+    """
+    key = (str(scripts.dir), revision)
+    if key not in _shape_cache:
+        engine = _memory_engine()
+        try:
+            with engine.connect() as conn:
+                ctx = MigrationContext.configure(
+                    conn,
+                    opts={
+                        "script": scripts,
+                        "fn": lambda heads, _ctx: scripts._upgrade_revs(revision, heads),
+                        "transactional_ddl": True,
+                    },
+                )
+                with Operations.context(ctx):
+                    ctx.run_migrations()
+                _shape_cache[key] = _shape_of(conn)
+        finally:
+            engine.dispose()
+    return _shape_cache[key]
+
+
+@contextlib.contextmanager
+def _unit(conn: sa.Connection) -> Iterator[None]:
+    if conn.in_transaction():  # the caller's transaction: join it
+        yield
+    else:
+        with conn.begin():
+            yield
+
+
+def adopt(conn: sa.Connection, scripts: ScriptDirectory, where: object = "database") -> str | None:
+    """Bring a file upstream Hermes wrote under Alembic; returns the stamped revision.
+
+    In one transaction: read its schema version N (a ``sessions`` table without a
+    version table is v1); add what revision ``00NN``'s shape has and the file lacks
+    (tables, columns with their type/NOT NULL/default, indexes, and FTS objects —
+    re-deriving the full-text index when any of those was missing or different);
+    make sure ``schema_version`` holds N; stamp ``00NN``. Nothing else changes and no
+    row is lost. Returns None when there is nothing to adopt (already managed, or
+    empty).
+    """
+    with _unit(conn):
+        kind, revision, version = _classify(
+            lambda sql: conn.exec_driver_sql(sql).fetchall(), scripts, where
+        )
+        if kind != "upstream":
+            return None
+        target = revision_shape(scripts, revision)
+        _heal(conn, target, scripts, revision)
+        if version is None:
+            has_row = conn.exec_driver_sql("SELECT 1 FROM schema_version LIMIT 1").first()
+            if not has_row:
+                conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (int(revision),))
+        MigrationContext.configure(conn).stamp(scripts, revision)
+        return revision
+
+
+def _heal(conn: sa.Connection, target: _Shape, scripts: ScriptDirectory, revision: str) -> None:
+    live = _shape_of(conn)
+    for name, (sql, columns) in target.tables.items():
+        if name not in live.tables:
+            conn.exec_driver_sql(sql)
+            continue
+        present = {row[1] for row in live.tables[name][1]}
+        for _cid, column, type_, notnull, default, pk in columns:
+            if column in present:
+                continue
+            if pk or (notnull and default is None):
+                raise errors.SchemaError(
+                    f"{name}.{column} is missing and cannot be added to an existing table "
+                    f"(primary key or NOT NULL without default); {errors.RECOVER_HINT}"
+                )
+            ddl = f'ALTER TABLE "{name}" ADD COLUMN "{column}" {type_}'
+            ddl += " NOT NULL" if notnull else ""
+            ddl += f" DEFAULT {default}" if default is not None else ""
+            conn.exec_driver_sql(ddl)
+    for name, sql in target.indexes.items():
+        if name not in live.indexes:
+            try:
+                conn.exec_driver_sql(sql)
+            except sa.exc.IntegrityError as exc:
+                raise errors.SchemaError(
+                    f"cannot create unique index {name}: the file holds duplicate values "
+                    f"({exc.orig}); fix them and retry"
+                ) from exc
+    _heal_fts(conn, live, target, scripts, revision)
+
+
+def _heal_fts(conn, live: _Shape, target: _Shape, scripts, revision: str) -> None:
+    def differs(ours: dict[str, str], theirs: dict[str, str], name: str) -> bool:
+        return name not in theirs or _normalized(theirs[name]) != _normalized(ours[name])
+
+    stale_tables = [n for n in target.virtual_tables if differs(target.virtual_tables, live.virtual_tables, n)]
+    stale_views = [n for n in target.views if differs(target.views, live.views, n)]
+    stale_triggers = [n for n in target.triggers if differs(target.triggers, live.triggers, n)]
+    fts_names = tuple(target.virtual_tables)
+    # Triggers feeding an index that this version does not have (e.g. a later layout).
+    foreign_triggers = [
+        n for n, sql in live.triggers.items()
+        if n not in target.triggers and any(t in sql for t in fts_names)
+    ]
+    if not (stale_tables or stale_views or stale_triggers or foreign_triggers):
+        return
+    for name in stale_triggers + foreign_triggers:
+        conn.exec_driver_sql(f'DROP TRIGGER IF EXISTS "{name}"')
+    for name in stale_views:
+        conn.exec_driver_sql(f'DROP VIEW IF EXISTS "{name}"')
+    for name in stale_tables:
+        conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')
+        conn.exec_driver_sql(target.virtual_tables[name])
+    for name in stale_views:
+        conn.exec_driver_sql(target.views[name])
+    for name in stale_triggers:
+        conn.exec_driver_sql(target.triggers[name])
+    index_touched = stale_tables or foreign_triggers or any(
+        any(t in target.triggers[n] for t in fts_names) for n in stale_triggers
+    )
+    if index_touched:
+        _rebuild_fts(conn, scripts, revision)
+
+
+def _rebuild_fts(conn, scripts: ScriptDirectory, revision: str) -> None:
+    """Re-derive the full-text index with the newest ``rebuild_fts`` at or below ``revision``.
+
+    A revision that changes the FTS layout defines ``rebuild_fts(bind)`` for it.
+    """
+    for script in scripts.walk_revisions(base="base", head=revision):
+        rebuild = getattr(script.module, "rebuild_fts", None)
+        if rebuild is not None:
+            rebuild(conn)
+            return

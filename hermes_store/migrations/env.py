@@ -1,0 +1,177 @@
+"""Alembic environment for state.db: revisions 0001…0030 are upstream schema versions 1…30.
+
+Which database:
+  * ``config.attributes["connection"]`` — a live connection handed in by Python code;
+  * ``config.attributes["db_path"]`` — set by :mod:`hermes_store.migrate`;
+  * ``alembic -x db=PATH`` (a path or a ``sqlite:///`` URL) on the command line;
+  * else ``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``.
+
+Every run goes through the same steps, whichever entry point started it:
+  1. probe the file read-only — refuse (unchanged) a non-SQLite, damaged or newer file;
+  2. adopt a file upstream Hermes wrote (heal it to its version's shape, stamp it);
+  3. run each revision in its own ``BEGIN IMMEDIATE`` transaction (SQLite DDL is
+     transactional once the driver stops managing transactions, so a failing
+     revision leaves the file exactly as the previous one did);
+  4. after each step, write ``schema_version`` so upstream Hermes reads the same
+     version Alembic records (one hook, not thirty copies: decision D2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from logging.config import fileConfig
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import context
+from alembic.util import CommandError
+
+from hermes_store import errors, migrate
+from hermes_store.engine import BEGIN_MODE, create_engine, writer
+from hermes_store.paths import default_db_path
+
+config = context.config
+log = logging.getLogger("hermes_store.migrations")
+
+if config.config_file_name and config.file_config.has_section("loggers"):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def _target_metadata():
+    try:
+        from hermes_store.schema import metadata
+    except ImportError:  # autogenerate is the only user; migrations never need it
+        return None
+    return metadata
+
+
+def record_schema_version(ctx, step, heads, run_args) -> None:
+    """Keep upstream's ``schema_version`` equal to the revision just reached.
+
+    Runs inside the step's transaction, so the row and the schema move together.
+    Keeps upstream's single-row convention: update every row, insert when empty,
+    delete at base.
+    """
+    conn = ctx.connection
+    has_table = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).first()
+    if not has_table:
+        return  # before 0001, or after 0001's downgrade removed it
+    destination = step.destination_revision_ids
+    if not destination:
+        conn.exec_driver_sql("DELETE FROM schema_version")
+        return
+    version = int(destination[0])
+    if not conn.exec_driver_sql("UPDATE schema_version SET version = ?", (version,)).rowcount:
+        conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (version,))
+    progress = config.attributes.get("progress")
+    if progress is not None and not step.is_stamp:
+        doc = (step.up_revision.doc or "").strip().splitlines()
+        progress(destination[0], doc[0] if doc else "")
+
+
+def _configure(connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=_target_metadata(),
+        include_name=migrate.include_name,
+        render_as_batch=True,
+        transactional_ddl=True,
+        transaction_per_migration=True,
+        compare_type=True,
+        on_version_apply=record_schema_version,
+    )
+
+
+def _read_only_command() -> bool:
+    # `alembic current` / `history` pass dont_mutate=True: they must not adopt or create.
+    env = getattr(context, "_proxy", None)
+    return bool(env is not None and env.context_opts.get("dont_mutate"))
+
+
+def run_on_connection(connection, where: object) -> None:
+    _configure(connection)
+    if not _read_only_command():
+        migrate.adopt(connection, context.script, where)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _db_path() -> Path:
+    given = config.attributes.get("db_path") or context.get_x_argument(as_dictionary=True).get("db")
+    if not given:
+        return default_db_path()
+    if "://" in given:
+        url = sa.engine.make_url(given)
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            raise errors.HermesStoreError(f"-x db={given}: only SQLite database files are supported")
+        given = url.database
+    return Path(given).expanduser().absolute()
+
+
+def run_on_file(path: Path) -> None:
+    state = migrate.inspect_file(path)
+    if _read_only_command():
+        if state.kind == "missing":
+            log.info("no database at %s", path)
+            return
+        engine = create_engine(path, read_only=True, journal_mode=None, poolclass=sa.pool.NullPool)
+        with engine.connect() as connection:
+            run_on_connection(connection, path)
+        engine.dispose()
+        return
+    if not state.writable:
+        raise errors.DatabaseAccessError(
+            f"{path} (or its directory) is read-only: cannot migrate it; make it writable "
+            "or run as the user that owns it"
+        )
+    if state.kind == "missing":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with migrate.migration_lock(path):
+        migrate.inspect_file(path)  # again: another process may have migrated it meanwhile
+        engine = writer(create_engine(path, poolclass=sa.pool.NullPool))
+        try:
+            with engine.connect() as connection:
+                run_on_connection(connection, path)
+        finally:
+            engine.dispose()
+
+
+@contextlib.contextmanager
+def _handed_in(connection):
+    """Migrate a caller's connection with BEGIN IMMEDIATE, restoring its options after."""
+    previous = connection.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+    connection.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+    try:
+        yield connection
+    finally:
+        connection.execution_options(**{BEGIN_MODE: previous})
+
+
+def run_migrations_offline() -> None:
+    # Revisions look at the live file to stay idempotent (decision D4): no --sql script.
+    raise CommandError("offline (--sql) mode is not supported: revisions inspect the database")
+
+
+def main() -> None:
+    if context.is_offline_mode():
+        run_migrations_offline()
+        return
+    connection = config.attributes.get("connection")
+    try:
+        if connection is not None:
+            with _handed_in(connection), migrate.sqlite_errors("database"):
+                run_on_connection(connection, "database")
+        else:
+            path = _db_path()
+            with migrate.sqlite_errors(path):
+                run_on_file(path)
+    except errors.HermesStoreError as exc:
+        if config.cmd_opts is not None:  # the alembic CLI: print "FAILED: <reason>", no traceback
+            raise CommandError(str(exc)) from exc
+        raise
+
+
+main()
