@@ -201,19 +201,33 @@ class WriteUnits:
         self.policy = policy
         self.label = label
         self._lock = threading.RLock()
+        self._local = threading.local()
         self.committed = 0
         #: busy retries seen since creation (load tests and benchmarks report it)
         self.retries = 0
 
+    def active_connection(self) -> sa.Connection | None:
+        """The connection of the unit running on this thread, if any."""
+        return getattr(self._local, "conn", None)
+
     def run(self, fn: Callable[[sa.Connection], T]) -> T:
         from .errors import StoreBusyError
 
+        joined = self.active_connection()
+        if joined is not None:
+            # A unit started inside a unit joins it: a second BEGIN IMMEDIATE on another
+            # connection would wait for the lock this thread already holds.
+            return fn(joined)
         policy = self.policy
         with self._lock:
             for attempt in range(1, policy.attempts + 1):
                 try:
                     with self._writer.begin() as conn:
-                        result = fn(conn)
+                        self._local.conn = conn
+                        try:
+                            result = fn(conn)
+                        finally:
+                            self._local.conn = None
                 except sa.exc.OperationalError as exc:
                     if is_busy_error(exc):
                         if attempt == policy.attempts:
@@ -248,3 +262,54 @@ class WriteUnits:
         except sa.exc.DBAPIError as exc:
             log.warning("WAL checkpoint (%s) of %s failed: %s", mode, self.label, exc)
             return None
+
+
+def vacuum(engine: Engine, label: object) -> None:
+    """Rewrite the file compactly (``VACUUM`` runs outside any transaction).
+
+    It needs the write lock for its whole run; when another writer holds it the
+    busy timeout applies once and a ``StoreBusyError`` says to retry later.
+    """
+    from .errors import StoreBusyError
+
+    try:
+        with autocommit(engine).connect() as conn:
+            conn.exec_driver_sql("VACUUM")
+    except sa.exc.OperationalError as exc:
+        if is_busy_error(exc):
+            raise StoreBusyError(label, 1, exc.orig) from exc
+        mapped = translate_error(exc, label)
+        if mapped is not None:
+            raise mapped from exc
+        raise
+
+
+def probe_database(path: str | os.PathLike) -> None:
+    """Read the file's header and schema through a read-only connection.
+
+    Raises ``NotADatabaseError`` for a file that is not SQLite and
+    ``DatabaseDamagedError`` for an unreadable schema — before anything writes to it.
+    SQLite (not a raw ``open()``) reads the file: closing a raw descriptor would drop
+    the POSIX locks other connections of this process hold on it.
+    """
+    from .errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError
+
+    uri = f"file:{Path(path).absolute()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
+    except sqlite3.Error as exc:
+        raise DatabaseDamagedError(f"{path} cannot be opened ({exc}); {RECOVER_HINT}") from exc
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        name = getattr(exc, "sqlite_errorname", "")
+        if name == "SQLITE_NOTADB" or "not a database" in str(exc):
+            raise NotADatabaseError(
+                f"{path} is not a SQLite database ({exc}); it was left untouched. "
+                f"If it is a damaged state.db, {RECOVER_HINT}"
+            ) from exc
+        if is_busy_error(exc):
+            return  # locked by a writer: readable, the open proper will wait its turn
+        raise DatabaseDamagedError(f"{path} is damaged ({exc}); {RECOVER_HINT}") from exc
+    finally:
+        conn.close()

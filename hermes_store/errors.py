@@ -80,5 +80,24 @@ class TitleError(HermesStoreError, ValueError):
 RECOVER_HINT = "run `hermes-store recover --output NEW.db` to salvage its rows into a fresh file"
 
 
+class StoreReadOnlyError(HermesStoreError):
+    """A write was attempted through a SessionDB opened with ``read_only=True``."""
+
+    def __init__(self, path: object = None) -> None:
+        where = f" {path}" if path else ""
+        super().__init__(
+            f"store opened read-only{where}: writes are refused; open SessionDB(path) "
+            "without read_only=True to change the database"
+        )
+
+
+class StoreNotFoundError(HermesStoreError, FileNotFoundError):
+    """A read-only open named a database file that does not exist."""
+
+
+class InvalidArgumentError(HermesStoreError, ValueError):
+    """An argument the database would reject (e.g. a missing required value)."""
+
+
 class DatabaseAccessError(HermesStoreError):
     """The file or its directory cannot be read or written with our permissions."""

@@ -1,0 +1,53 @@
+"""The only place where the repository's SQL depends on the database dialect.
+
+The repository modules build portable SQLAlchemy Core statements; the two things Core
+does not spell portably are kept here, each as one small construct:
+
+* ``insert_for(conn, table)`` — the dialect's ``INSERT`` with ``ON CONFLICT`` support
+  (SQLite and PostgreSQL share the ``on_conflict_do_update``/``_do_nothing`` API);
+* ``json_text(column, key)`` — a top-level key of a JSON *text* column as SQL text, NULL
+  when the key is absent or the stored text is not valid JSON (``model_config`` markers
+  such as ``_delegate_from`` are read this way). Compiled per dialect: SQLite guards
+  ``json_extract`` with ``json_valid`` so one malformed row cannot fail a whole query.
+
+A PostgreSQL backend adds its ``@compiles`` rule for ``json_text`` and nothing else here.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import FunctionElement
+
+
+def insert_for(conn: sa.Connection, table: sa.Table):
+    """``insert(table)`` of the connection's dialect, with ``on_conflict_*`` methods."""
+    name = conn.dialect.name
+    if name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    elif name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:  # pragma: no cover - only SQLite is shipped today
+        raise NotImplementedError(f"no upsert support for dialect {name!r}")
+    return insert(table)
+
+
+class json_text(FunctionElement):
+    """``json_text(column, "key")``: the key's value as text, or NULL."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "json_text"
+
+    def __init__(self, column, key: str):
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"unsupported JSON key {key!r}")
+        self.key = key
+        super().__init__(column)
+
+
+@compiles(json_text, "sqlite")
+def _json_text_sqlite(element, compiler, **kw):
+    (column,) = element.clauses
+    col = compiler.process(column, **kw)
+    return f"CASE WHEN json_valid({col}) THEN json_extract({col}, '$.{element.key}') END"

@@ -1,0 +1,59 @@
+"""What kind of child a session is, as SQL predicates (one definition per kind).
+
+A child session carries ``parent_session_id``; what it *is* depends on markers:
+
+* **compression continuation** — its parent ended with ``end_reason='compression'``;
+* **branch** — ``model_config._branched_from`` is set, or (legacy rows) its parent
+  ended ``'branched'`` before the child started;
+* **delegate / sub-agent run** — ``model_config._delegate_from`` is set.
+
+Every function takes the table (or alias) the predicate is about, so the same rule
+serves listings, counts, tip walks, archive and delete.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from .. import schema
+from .dialect import json_text
+
+COMPRESSION = "compression"
+BRANCHED = "branched"
+
+
+def delegate_from(s) -> sa.ColumnElement:
+    """The session a delegate run was spawned from (NULL for non-delegates)."""
+    return json_text(s.c.model_config, "_delegate_from")
+
+
+def branched_from(s) -> sa.ColumnElement:
+    return json_text(s.c.model_config, "_branched_from")
+
+
+def is_branch_child(s) -> sa.ColumnElement:
+    parent = schema.sessions.alias("branch_parent")
+    legacy = sa.exists().where(
+        parent.c.id == s.c.parent_session_id,
+        parent.c.end_reason == BRANCHED,
+        s.c.started_at >= parent.c.ended_at,
+    )
+    return sa.or_(branched_from(s).is_not(None), legacy)
+
+
+def is_listable(s) -> sa.ColumnElement:
+    """Rows a session picker shows: roots and branches, never delegate runs."""
+    return sa.and_(
+        sa.or_(s.c.parent_session_id.is_(None), is_branch_child(s)),
+        delegate_from(s).is_(None),
+    )
+
+
+def is_continuation_candidate(child) -> sa.ColumnElement:
+    """A child that may continue its compression-ended parent (not a branch,
+    delegate run or tool session)."""
+    return sa.and_(
+        branched_from(child).is_(None),
+        delegate_from(child).is_(None),
+        sa.func.coalesce(child.c.source, "") != "tool",
+    )

@@ -1,0 +1,101 @@
+"""Maintenance concern: full-text index upkeep, VACUUM and the periodic auto-prune.
+
+The FTS work itself lives in ``hermes_store.fts.maintenance``; this module decides the
+units: a rebuild is one unit, an optimize is many short units of bounded merge steps
+(an unbounded FTS5 'optimize' held the write lock for many seconds on large files).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import engine as engine_mod
+from ..fts import ddl as fts_ddl
+from ..fts import maintenance as fts_maintenance
+from .base import RepositoryBase
+
+log = logging.getLogger(__name__)
+
+#: upper bound on optimize units per call (each is a handful of bounded merge steps)
+MAX_OPTIMIZE_UNITS = 1000
+LAST_AUTO_PRUNE_KEY = "last_auto_prune"
+
+
+class MaintenanceMixin(RepositoryBase):
+    def _usable_fts_tables(self) -> list[str]:
+        with self._read() as conn:
+            return [t for t in fts_ddl.FTS_TABLES if fts_ddl.table_usable(conn, t)]
+
+    def optimize_fts(self) -> int:
+        """Merge each full-text index's segments (bounded steps, one short unit each);
+        returns how many indexes there are to optimise."""
+        tables = self._usable_fts_tables()
+        if not tables:
+            return 0
+        for _ in range(MAX_OPTIMIZE_UNITS):
+            if self._write(fts_maintenance.optimize):
+                break
+        return len(tables)
+
+    def rebuild_fts(self) -> int:
+        """Rebuild every full-text index from ``messages`` in one unit; returns the count."""
+        return len(self._write(lambda conn: fts_maintenance.rebuild(conn)))
+
+    def fts_integrity_check(self) -> list[str]:
+        """Problems with the full-text indexes (empty when healthy), each with a hint."""
+        with self._read() as conn:
+            return fts_maintenance.integrity_check(conn)
+
+    def vacuum(self) -> int:
+        """Optimise the indexes, then VACUUM the file; returns the indexes optimised.
+        Needs the write lock for the whole rewrite, so run it when writers are idle."""
+        self._require_open()
+        if self.read_only:
+            from ..errors import StoreReadOnlyError
+            raise StoreReadOnlyError(self.db_path)
+        optimized = self.optimize_fts()
+        self._units.checkpoint("PASSIVE")
+        engine_mod.vacuum(self._engine, self.db_path)
+        return optimized
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: Path | str | None = None,
+    ) -> dict[str, Any]:
+        """Prune ended sessions older than ``retention_days`` at most once per interval
+        (recorded in ``state_meta``), VACUUM when something was pruned.
+
+        Never raises for database trouble: ``{"skipped", "pruned", "vacuumed"}`` plus
+        ``"error"`` when something failed.
+        """
+        self._require_open()
+        result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
+        try:
+            now = time.time()
+            last = self.get_meta(LAST_AUTO_PRUNE_KEY)
+            try:
+                if last and now - float(last) < min_interval_hours * 3600:
+                    result["skipped"] = True
+                    return result
+            except (TypeError, ValueError):
+                pass  # an unreadable marker counts as "never ran"
+            result["pruned"] = self.prune_sessions(
+                older_than_days=retention_days, sessions_dir=sessions_dir
+            )
+            if vacuum and result["pruned"] > 0:
+                try:
+                    self.vacuum()
+                    result["vacuumed"] = True
+                except Exception as exc:  # noqa: BLE001 - maintenance must not stop startup
+                    log.warning("VACUUM of %s failed: %s", self.db_path, exc)
+            self.set_meta(LAST_AUTO_PRUNE_KEY, str(now))
+        except Exception as exc:  # noqa: BLE001 - reported in the result, never raised
+            log.warning("auto-maintenance of %s failed: %s", self.db_path, exc)
+            result["error"] = str(exc)
+        return result

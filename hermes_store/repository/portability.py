@@ -1,0 +1,302 @@
+"""Export and cleanup concern: export one/all sessions, delete, prune, archive in bulk.
+
+Every delete path keeps the self-referencing ``parent_session_id`` valid inside the
+same unit: delegate runs (``model_config._delegate_from``) are deleted with the
+session they belong to (``delete_session``), every other child is detached
+(``parent_session_id → NULL``) and survives. Usage rows go by ``ON DELETE CASCADE``,
+FTS rows by the triggers, system prompts nobody references any more are dropped.
+Transcript files under ``sessions_dir`` are removed after the commit, best effort.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import sqlalchemy as sa
+
+from .. import schema
+from . import kinds
+from .base import RepositoryBase
+from .sessions import drop_unreferenced_prompts, row_dict
+
+log = logging.getLogger(__name__)
+
+S = schema.sessions
+M = schema.messages
+
+_SECONDS_PER_DAY = 86400
+
+
+def _delegate_children(conn: sa.Connection, parent_ids: Iterable[str]) -> list[str]:
+    """Delegate runs of ``parent_ids``, recursively (a delegate's own delegates too).
+
+    The parents themselves are never returned, even when markers form a cycle that
+    leads back to one of them.
+    """
+    parents = {sid for sid in parent_ids if sid}
+    found, frontier = set(parents), list(parents)
+    marker = kinds.delegate_from(S)
+    while frontier:
+        rows = conn.execute(
+            sa.select(S.c.id).where(sa.or_(
+                marker.in_(frontier),
+                sa.and_(S.c.parent_session_id.in_(frontier), marker.is_not(None)),
+            ))
+        ).scalars().all()
+        frontier = [sid for sid in rows if sid not in found]
+        found.update(frontier)
+    return sorted(found - parents)
+
+
+#: ids per IN (...) list, well under SQLite's bound-parameter limit
+_CHUNK = 500
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start:start + _CHUNK]
+
+
+def _delete_rows(conn: sa.Connection, ids: list[str]) -> None:
+    """Delete sessions and their messages, detaching surviving children first."""
+    hashes: list[str] = []
+    for chunk in _chunks(ids):
+        hashes += conn.execute(
+            sa.select(S.c.system_prompt_hash).where(S.c.id.in_(chunk))
+        ).scalars().all()
+        conn.execute(
+            sa.update(S).where(S.c.parent_session_id.in_(chunk)).values(parent_session_id=None)
+        )
+    for chunk in _chunks(ids):
+        conn.execute(sa.delete(M).where(M.c.session_id.in_(chunk)))
+        conn.execute(sa.delete(S).where(S.c.id.in_(chunk)))
+    drop_unreferenced_prompts(conn, hashes)
+
+
+def _remove_session_files(sessions_dir: Path | str | None, session_id: str) -> None:
+    """Remove ``<id>.json``, ``<id>.jsonl`` and ``request_dump_<id>_*.json``."""
+    if sessions_dir is None:
+        return
+    folder = Path(sessions_dir)
+    paths = [folder / f"{session_id}.json", folder / f"{session_id}.jsonl"]
+    try:
+        paths.extend(folder.glob(f"request_dump_{session_id}_*.json"))
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not remove %s: %s", path, exc)
+
+
+def prune_filter(
+    *,
+    started_before: float | None = None,
+    started_after: float | None = None,
+    source: str | None = None,
+    title_like: str | None = None,
+    end_reason: str | None = None,
+    cwd_prefix: str | None = None,
+    min_messages: int | None = None,
+    max_messages: int | None = None,
+    archived: bool | None = None,
+    model_like: str | None = None,
+    provider: str | None = None,
+    user_id: str | None = None,
+    chat_id: str | None = None,
+    chat_type: str | None = None,
+    branch_like: str | None = None,
+    min_tokens: int | None = None,
+    max_tokens: int | None = None,
+    min_cost: float | None = None,
+    max_cost: float | None = None,
+    min_tool_calls: int | None = None,
+    max_tool_calls: int | None = None,
+) -> list:
+    """WHERE terms of a bulk prune/archive selection. Only ended sessions qualify.
+
+    Substring filters (``*_like``) are case-insensitive; ``archived`` is tri-state
+    (None both, True only archived, False only unarchived). An unknown filter name is
+    a ``TypeError``, as for any Python call.
+    """
+    from .sessions import cwd_under
+
+    def lower_contains(column, needle):
+        return sa.func.lower(sa.func.coalesce(column, "")).contains(
+            needle.lower(), autoescape=True)
+
+    tokens = sa.func.coalesce(S.c.input_tokens, 0) + sa.func.coalesce(S.c.output_tokens, 0)
+    cost = sa.func.coalesce(S.c.actual_cost_usd, S.c.estimated_cost_usd, 0)
+    tool_calls = sa.func.coalesce(S.c.tool_call_count, 0)
+    terms = [S.c.ended_at.is_not(None)]
+    optional = [
+        (started_before is not None, lambda: S.c.started_at < started_before),
+        (started_after is not None, lambda: S.c.started_at >= started_after),
+        (bool(source), lambda: S.c.source == source),
+        (bool(title_like), lambda: lower_contains(S.c.title, title_like)),
+        (bool(end_reason), lambda: S.c.end_reason == end_reason),
+        (bool(cwd_prefix), lambda: cwd_under(S, cwd_prefix)),
+        (min_messages is not None, lambda: S.c.message_count >= min_messages),
+        (max_messages is not None, lambda: S.c.message_count <= max_messages),
+        (bool(model_like), lambda: lower_contains(S.c.model, model_like)),
+        (bool(provider), lambda: sa.func.lower(sa.func.coalesce(S.c.billing_provider, ""))
+         == provider.lower()),
+        (bool(user_id), lambda: S.c.user_id == user_id),
+        (bool(chat_id), lambda: S.c.chat_id == chat_id),
+        (bool(chat_type), lambda: S.c.chat_type == chat_type),
+        (bool(branch_like), lambda: lower_contains(S.c.git_branch, branch_like)),
+        (min_tokens is not None, lambda: tokens >= min_tokens),
+        (max_tokens is not None, lambda: tokens <= max_tokens),
+        (min_cost is not None, lambda: cost >= min_cost),
+        (max_cost is not None, lambda: cost <= max_cost),
+        (min_tool_calls is not None, lambda: tool_calls >= min_tool_calls),
+        (max_tool_calls is not None, lambda: tool_calls <= max_tool_calls),
+        (archived is True, lambda: S.c.archived == 1),
+        (archived is False, lambda: S.c.archived == 0),
+    ]
+    terms.extend(make() for wanted, make in optional if wanted)
+    return terms
+
+
+def _with_age(filters: dict, older_than_days: float | None) -> dict:
+    if filters.get("started_before") is None and older_than_days is not None:
+        filters["started_before"] = time.time() - older_than_days * _SECONDS_PER_DAY
+    return filters
+
+
+class PortabilityMixin(RepositoryBase):
+    # ------------------------------------------------------------------ export
+
+    def export_session(self, session_id: str) -> dict[str, Any] | None:
+        """The session row plus its active ``messages`` (one snapshot), or None."""
+        with self._read():
+            session = self.get_session(session_id)
+            if session is None:
+                return None
+            return {**session, "messages": self.get_messages(session_id)}
+
+    def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+        """A compression chain as one logical session: the tip's row, every segment,
+        ``lineage_session_ids``, and all messages concatenated root→tip."""
+        with self._read():
+            segments = [
+                seg for sid in self.get_compression_lineage(session_id)
+                if (seg := self.export_session(sid)) is not None
+            ]
+        if not segments:
+            return None
+        merged = dict(segments[-1])
+        merged["segments"] = segments
+        merged["lineage_session_ids"] = [seg["id"] for seg in segments]
+        merged["messages"] = [m for seg in segments for m in seg["messages"]]
+        merged["message_count"] = len(merged["messages"])
+        return merged
+
+    def iter_export(self, source: str | None = None) -> Iterator[dict[str, Any]]:
+        """Like ``export_all`` but one session at a time (bounded memory)."""
+        with self._read():
+            ids = [row["id"] for row in self.search_sessions(source=source, limit=None)]
+        for sid in ids:
+            exported = self.export_session(sid)
+            if exported is not None:  # deleted meanwhile
+                yield exported
+
+    def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+        """Every session (archived and children included) with its messages and
+        ``last_active``, most recently active first."""
+        with self._read():
+            sessions = self.search_sessions(source=source, limit=None)
+            return [{**s, "messages": self.get_messages(s["id"])} for s in sessions]
+
+    # ------------------------------------------------------------------ delete
+
+    def delete_session(self, session_id: str, sessions_dir: Path | str | None = None) -> bool:
+        """Delete the session, its messages and its delegate runs; detach other
+        children. False when the id is unknown."""
+        return self.delete_sessions([session_id], sessions_dir=sessions_dir) == 1
+
+    def delete_sessions(
+        self, session_ids: Iterable[Any], sessions_dir: Path | str | None = None
+    ) -> int:
+        """Bulk ``delete_session`` in one unit; unknown ids and non-strings are skipped.
+        Returns how many of the given sessions existed and were deleted."""
+        wanted = sorted({sid for sid in session_ids or () if isinstance(sid, str) and sid})
+        if not wanted:
+            return 0
+
+        def unit(conn: sa.Connection) -> tuple[list[str], list[str]]:
+            existing = conn.execute(sa.select(S.c.id).where(S.c.id.in_(wanted))).scalars().all()
+            if not existing:
+                return [], []
+            delegates = _delegate_children(conn, existing)
+            _delete_rows(conn, sorted(set(existing) | set(delegates)))
+            return list(existing), delegates
+
+        existing, delegates = self._write(unit)
+        for sid in [*existing, *delegates]:
+            _remove_session_files(sessions_dir, sid)
+        return len(existing)
+
+    # ------------------------------------------------------------------ prune / archive
+
+    def list_prune_candidates(
+        self, older_than_days: float | None = None, source: str | None = None, **filters
+    ) -> list[dict[str, Any]]:
+        """What ``prune_sessions``/``archive_sessions`` would touch, oldest first."""
+        terms = prune_filter(source=source, **_with_age(filters, older_than_days))
+        stmt = (
+            sa.select(S.c.id, S.c.source, S.c.title, S.c.model, S.c.started_at,
+                      S.c.ended_at, S.c.message_count, S.c.archived)
+            .where(*terms)
+            .order_by(S.c.started_at.asc())
+        )
+        with self._read() as conn:
+            return [row_dict(r) for r in conn.execute(stmt)]
+
+    def prune_sessions(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        sessions_dir: Path | str | None = None,
+        **filters,
+    ) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago (None: any
+        age) that match every filter; children outside the selection are detached,
+        delegate runs included. Live sessions are never pruned. Returns the count."""
+        terms = prune_filter(source=source, **_with_age(filters, older_than_days))
+
+        def unit(conn: sa.Connection) -> list[str]:
+            ids = conn.execute(sa.select(S.c.id).where(*terms)).scalars().all()
+            _delete_rows(conn, list(ids))
+            return list(ids)
+
+        removed = self._write(unit)
+        for sid in removed:
+            _remove_session_files(sessions_dir, sid)
+        return len(removed)
+
+    def archive_sessions(
+        self, older_than_days: float | None = None, source: str | None = None, **filters
+    ) -> int:
+        """Archive every prune candidate with its compression lineage (nothing is
+        deleted). Only unarchived rows are selected unless ``archived`` is given, so
+        a repeat run is a no-op. Returns the number of sessions matched."""
+        from .sessions import compression_lineage_ids
+
+        filters.setdefault("archived", False)
+        terms = prune_filter(source=source, **_with_age(filters, older_than_days))
+
+        def unit(conn: sa.Connection) -> int:
+            ids = conn.execute(sa.select(S.c.id).where(*terms)).scalars().all()
+            lineage: set[str] = set()
+            for sid in ids:
+                lineage.update(compression_lineage_ids(conn, sid))
+            if lineage:
+                conn.execute(sa.update(S).where(S.c.id.in_(sorted(lineage))).values(archived=1))
+            return len(ids)
+
+        return self._write(unit)

@@ -1,0 +1,439 @@
+"""Sessions concern: create/upsert, read, resolve, end/reopen, per-field updates,
+counting and archiving.
+
+System prompts are stored once in ``system_prompts`` (schema v25) and referenced by
+``sessions.system_prompt_hash``; every read returns the prompt text under the
+``system_prompt`` key, falling back to the inline column of rows written before v25
+or by an upstream build that still writes inline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+
+from .. import schema
+from ..errors import InvalidArgumentError, SessionNotFoundError
+from . import kinds
+from .base import RepositoryBase
+from .dialect import insert_for
+from .values import prompt_hash, scrub_surrogates
+
+S = schema.sessions
+P = schema.system_prompts
+
+#: creation fields an existing row only takes while its value is still NULL
+_ENRICHABLE = (
+    "model", "model_config", "session_key", "chat_id", "chat_type", "thread_id",
+    "parent_session_id", "cwd", "profile_name",
+)
+#: end reasons a reset may overwrite (accidental closes that recovery would reopen)
+_PROMOTABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+
+
+# --------------------------------------------------------------------------- row shape
+
+def resolved_system_prompt(s=S) -> sa.ColumnElement:
+    """The session's prompt text: inline column first, else the de-duplicated row."""
+    stored = (
+        sa.select(P.c.prompt).where(P.c.hash == s.c.system_prompt_hash).scalar_subquery()
+    )
+    return sa.func.coalesce(s.c.system_prompt, stored)
+
+
+def session_columns(s=S, *, compact: bool = False) -> list:
+    """Every ``sessions`` column with ``system_prompt`` resolved (dropped when compact)."""
+    cols = []
+    for col in s.c:
+        if col.name == "system_prompt":
+            if not compact:
+                cols.append(resolved_system_prompt(s).label("system_prompt"))
+        else:
+            cols.append(col)
+    return cols
+
+
+def row_dict(row) -> dict[str, Any]:
+    return dict(row._mapping)
+
+
+def cwd_under(s, cwd_prefix: str) -> sa.ColumnElement:
+    """The session's cwd equals the prefix or lies below it (``/`` or ``\\`` separated)."""
+    prefix = cwd_prefix.rstrip("/\\") or cwd_prefix
+    return sa.or_(
+        s.c.cwd == prefix,
+        s.c.cwd.startswith(prefix + "/", autoescape=True),
+        s.c.cwd.startswith(prefix + "\\", autoescape=True),
+    )
+
+
+def listing_filters(
+    s,
+    *,
+    source: str | None = None,
+    exclude_sources: Iterable[str] | None = None,
+    cwd_prefix: str | None = None,
+    min_message_count: int = 0,
+    include_archived: bool = False,
+    archived_only: bool = False,
+    listable_only: bool = False,
+) -> list:
+    """The WHERE terms shared by ``list_sessions_rich`` and ``session_count``."""
+    terms = []
+    if listable_only:
+        terms.append(kinds.is_listable(s))
+    if source:
+        terms.append(s.c.source == source)
+    if exclude_sources:
+        terms.append(s.c.source.not_in(list(exclude_sources)))
+    if cwd_prefix:
+        terms.append(cwd_under(s, cwd_prefix))
+    if min_message_count and min_message_count > 0:
+        terms.append(s.c.message_count >= min_message_count)
+    if archived_only:
+        terms.append(s.c.archived == 1)
+    elif not include_archived:
+        terms.append(s.c.archived == 0)
+    return terms
+
+
+# --------------------------------------------------------------------------- prompts
+
+def store_prompt(conn: sa.Connection, prompt: str) -> str:
+    """Insert the prompt text once; return its hash."""
+    digest = prompt_hash(prompt)
+    stmt = insert_for(conn, P).values(hash=digest, prompt=prompt).on_conflict_do_nothing()
+    conn.execute(stmt)
+    return digest
+
+
+def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None]) -> None:
+    """Delete prompt rows among ``hashes`` that no session references any more."""
+    candidates = sorted({h for h in hashes if h})
+    if not candidates:
+        return
+    referenced = sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash)
+    conn.execute(sa.delete(P).where(P.c.hash.in_(candidates), ~sa.exists(referenced)))
+
+
+class SessionsMixin(RepositoryBase):
+    # ------------------------------------------------------------------ create / upsert
+
+    def create_session(
+        self,
+        session_id: str,
+        source: str,
+        *,
+        model: str | None = None,
+        model_config: dict | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+        parent_session_id: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+    ) -> str:
+        """Create the session, or fill the still-NULL fields of an existing one.
+
+        ``source``, ``user_id`` and ``started_at`` of an existing row never change.
+        Returns ``session_id``.
+        """
+        fields = {
+            "model": model,
+            "model_config": json.dumps(model_config) if model_config else None,
+            "system_prompt": system_prompt,
+            "user_id": user_id,
+            "session_key": session_key,
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "thread_id": thread_id,
+            "parent_session_id": parent_session_id,
+            "cwd": cwd,
+            "profile_name": profile_name,
+        }
+        self._write(lambda conn: self._upsert_session(conn, session_id, source, fields))
+        return session_id
+
+    def ensure_session(
+        self, session_id: str, source: str = "unknown", model: str | None = None, **kwargs
+    ) -> str:
+        """``create_session`` with a default source, for callers that only need the row."""
+        return self.create_session(session_id, source, model=model, **kwargs)
+
+    def _upsert_session(
+        self, conn: sa.Connection, session_id: str, source: str, fields: dict[str, Any]
+    ) -> None:
+        if not session_id or not isinstance(session_id, str):
+            raise InvalidArgumentError("session_id must be a non-empty string")
+        fields = {k: scrub_surrogates(v) for k, v in fields.items()}
+        existing = conn.execute(
+            sa.select(S.c.id, S.c.system_prompt, S.c.system_prompt_hash,
+                      *[S.c[name] for name in _ENRICHABLE]).where(S.c.id == session_id)
+        ).first()
+        parent = fields.get("parent_session_id")
+        if parent and (existing is None or existing.parent_session_id is None):
+            if conn.execute(sa.select(S.c.id).where(S.c.id == parent)).first() is None:
+                raise SessionNotFoundError(parent)
+        prompt = fields.pop("system_prompt")
+        if existing is None:
+            if not source:
+                raise InvalidArgumentError(
+                    "source is required to create a session (e.g. 'cli', 'telegram')"
+                )
+            row = {"id": session_id, "source": scrub_surrogates(source),
+                   "started_at": time.time(), **fields}
+            if prompt:
+                row["system_prompt_hash"] = store_prompt(conn, prompt)
+            conn.execute(sa.insert(S).values(**row))
+            return
+        fill = {
+            name: fields[name]
+            for name in _ENRICHABLE
+            if fields.get(name) is not None and getattr(existing, name) is None
+        }
+        if prompt and existing.system_prompt is None and existing.system_prompt_hash is None:
+            fill["system_prompt_hash"] = store_prompt(conn, prompt)
+        if fill:
+            conn.execute(sa.update(S).where(S.c.id == session_id).values(**fill))
+
+    # ------------------------------------------------------------------ read
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        """The full session row as a dict, or None."""
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(*session_columns()).where(S.c.id == session_id)
+            ).first()
+        return row_dict(row) if row is not None else None
+
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The exact id, else the only id starting with the given prefix, else None."""
+        with self._read() as conn:
+            exact = conn.execute(
+                sa.select(S.c.id).where(S.c.id == session_id_or_prefix)
+            ).scalar()
+            if exact is not None:
+                return exact
+            matches = conn.execute(
+                sa.select(S.c.id)
+                .where(S.c.id.startswith(session_id_or_prefix, autoescape=True))
+                .order_by(S.c.started_at.desc())
+                .limit(2)
+            ).scalars().all()
+        return matches[0] if len(matches) == 1 else None
+
+    def session_count(
+        self,
+        source: str | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: list[str] | None = None,
+    ) -> int:
+        """How many sessions match; archived rows are left out unless asked for."""
+        terms = listing_filters(
+            S,
+            source=source,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            listable_only=exclude_children,
+        )
+        with self._read() as conn:
+            return conn.execute(
+                sa.select(sa.func.count()).select_from(S).where(*terms)
+            ).scalar_one()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def end_session(self, session_id: str, end_reason: str | None) -> None:
+        """Mark the session ended; an already ended session keeps its first reason."""
+        stmt = (
+            sa.update(S)
+            .where(S.c.id == session_id, S.c.ended_at.is_(None))
+            .values(ended_at=time.time(), end_reason=end_reason)
+        )
+        self._write(lambda conn: conn.execute(stmt))
+
+    def reopen_session(self, session_id: str) -> None:
+        """Clear ``ended_at``/``end_reason`` so the session can be resumed (and ended again)."""
+        stmt = sa.update(S).where(S.c.id == session_id).values(ended_at=None, end_reason=None)
+        self._write(lambda conn: conn.execute(stmt))
+
+    def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
+        """End a live (or accidentally closed) session as a deliberate reset.
+
+        True when the row changed. Explicit earlier reasons (compression, …) win.
+        """
+        if not session_id:
+            return False
+        stmt = (
+            sa.update(S)
+            .where(
+                S.c.id == session_id,
+                sa.or_(S.c.ended_at.is_(None), S.c.end_reason.in_(_PROMOTABLE_END_REASONS)),
+            )
+            .values(ended_at=time.time(), end_reason=reason)
+        )
+        return self._write(lambda conn: conn.execute(stmt).rowcount) > 0
+
+    # ------------------------------------------------------------------ field updates
+
+    def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
+        """Replace the session's system prompt (stored once per distinct text)."""
+        prompt = scrub_surrogates(system_prompt)
+
+        def unit(conn: sa.Connection) -> None:
+            old = conn.execute(
+                sa.select(S.c.system_prompt_hash).where(S.c.id == session_id)
+            ).first()
+            if old is None:
+                return
+            digest = store_prompt(conn, prompt) if prompt is not None else None
+            conn.execute(
+                sa.update(S)
+                .where(S.c.id == session_id)
+                .values(system_prompt=None, system_prompt_hash=digest)
+            )
+            if old.system_prompt_hash != digest:
+                drop_unreferenced_prompts(conn, [old.system_prompt_hash])
+
+        self._write(unit)
+
+    def update_session_model(self, session_id: str, model: str) -> None:
+        """Overwrite the model (a mid-session ``/model`` switch)."""
+        stmt = sa.update(S).where(S.c.id == session_id).values(model=model)
+        self._write(lambda conn: conn.execute(stmt))
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str, model: str | None = None
+    ) -> None:
+        """Overwrite ``model_config`` (JSON text); the model only when given."""
+        values: dict[str, Any] = {"model_config": model_config_json}
+        if model is not None:
+            values["model"] = model
+        stmt = sa.update(S).where(S.c.id == session_id).values(**values)
+        self._write(lambda conn: conn.execute(stmt))
+
+    def update_session_billing_route(
+        self,
+        session_id: str,
+        *,
+        provider: str,
+        base_url: str,
+        billing_mode: str | None = None,
+    ) -> None:
+        """Overwrite the billing route and drop the cached system prompt, whose header
+        names the old model/provider and must be rebuilt."""
+        values: dict[str, Any] = {
+            "billing_provider": provider,
+            "billing_base_url": base_url,
+            "system_prompt": None,
+            "system_prompt_hash": None,
+        }
+        if billing_mode is not None:
+            values["billing_mode"] = billing_mode
+
+        def unit(conn: sa.Connection) -> None:
+            old = conn.execute(
+                sa.select(S.c.system_prompt_hash).where(S.c.id == session_id)
+            ).scalar()
+            conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+            drop_unreferenced_prompts(conn, [old])
+
+        self._write(unit)
+
+    def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> None:
+        """Record the working directory; branch and repo root only when non-blank
+        (a failed git probe must not erase what an earlier probe found)."""
+        if not session_id or not cwd:
+            return
+        values: dict[str, Any] = {"cwd": cwd}
+        if (git_branch or "").strip():
+            values["git_branch"] = git_branch.strip()
+        if (git_repo_root or "").strip():
+            values["git_repo_root"] = git_repo_root.strip()
+        stmt = sa.update(S).where(S.c.id == session_id).values(**values)
+        self._write(lambda conn: conn.execute(stmt))
+
+    def backfill_repo_roots(self, cwd_to_root: dict[str, str]) -> None:
+        """Fill ``git_repo_root`` from a ``{cwd: root}`` map where it is still blank."""
+        pairs = [(cwd, root) for cwd, root in cwd_to_root.items() if cwd and root]
+        if not pairs:
+            return
+
+        def unit(conn: sa.Connection) -> None:
+            blank = sa.or_(S.c.git_repo_root.is_(None), S.c.git_repo_root == "")
+            for cwd, root in pairs:
+                conn.execute(
+                    sa.update(S).where(S.c.cwd == cwd, blank).values(git_repo_root=root)
+                )
+
+        self._write(unit)
+
+    def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
+        stmt = (
+            sa.update(S).where(S.c.id == session_id)
+            .values(expiry_finalized=1 if finalized else 0)
+        )
+        self._write(lambda conn: conn.execute(stmt))
+
+    # ------------------------------------------------------------------ archive
+
+    def set_session_archived(self, session_id: str, archived: bool) -> bool:
+        """Archive or unarchive the session's whole compression lineage.
+
+        Archiving only the visible tip would let the still-unarchived root bring the
+        conversation back in listings. True when at least one row changed.
+        """
+        def unit(conn: sa.Connection) -> int:
+            ids = compression_lineage_ids(conn, session_id)
+            if not ids:
+                return 0
+            return conn.execute(
+                sa.update(S).where(S.c.id.in_(ids)).values(archived=1 if archived else 0)
+            ).rowcount
+
+        return self._write(unit) > 0
+
+
+def compression_lineage_ids(conn: sa.Connection, session_id: str) -> list[str]:
+    """The session plus every ancestor and descendant linked through a parent that
+    ended with ``'compression'`` (empty when the session does not exist)."""
+    child, parent = S.alias("child"), S.alias("parent")
+    up = sa.select(sa.literal(session_id).label("id")).where(
+        sa.exists().where(S.c.id == session_id)
+    ).cte("ancestors", recursive=True)
+    up = up.union(
+        sa.select(parent.c.id)
+        .select_from(up.join(child, child.c.id == up.c.id)
+                     .join(parent, parent.c.id == child.c.parent_session_id))
+        .where(parent.c.end_reason == kinds.COMPRESSION)
+    )
+    down = sa.select(sa.literal(session_id).label("id")).where(
+        sa.exists().where(S.c.id == session_id)
+    ).cte("descendants", recursive=True)
+    down = down.union(
+        sa.select(child.c.id)
+        .select_from(down.join(parent, parent.c.id == down.c.id)
+                     .join(child, child.c.parent_session_id == parent.c.id))
+        .where(parent.c.end_reason == kinds.COMPRESSION)
+    )
+    ids = conn.execute(sa.union(sa.select(up.c.id), sa.select(down.c.id))).scalars().all()
+    return list(ids)

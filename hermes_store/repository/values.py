@@ -1,0 +1,25 @@
+"""Python-side value preparation shared by the concern modules."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: Any) -> Any:
+    """Text with lone surrogates replaced by U+FFFD; anything else unchanged.
+
+    The driver cannot encode U+D800–U+DFFF as UTF-8, so one such code point would
+    fail the whole write unit.
+    """
+    if isinstance(value, str) and _LONE_SURROGATE.search(value):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def prompt_hash(prompt: str) -> str:
+    """Key of a system prompt in ``system_prompts`` (sha256 of its UTF-8 text, as upstream)."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()

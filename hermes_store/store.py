@@ -1,0 +1,194 @@
+"""``SessionDB``: the session store, a drop-in for upstream Hermes' ``SessionDB``.
+
+It is composed of one mixin per concern (``hermes_store.repository``); this module
+only opens and closes the file:
+
+1. resolve the path (``$HERMES_HOME/state.db`` when none is given, at call time);
+2. refuse a symlink planted at the path or a sidecar; create the folder and, for a
+   new database, the file with mode 0600 (SQLite gives ``-wal``/``-shm`` the
+   database file's mode);
+3. check through SQLite that the file is a readable database, before any write;
+4. bring the schema to head with ``hermes_store.migrate`` (adopting a file upstream
+   Hermes wrote), or refuse with the command to run when ``auto_upgrade=False``;
+5. create the engine (connect/begin hooks) and the write-unit runner.
+
+    with SessionDB("/tmp/state.db") as db:
+        db.create_session("s1", "cli", model="m")
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from . import schema
+from .engine import RetryPolicy, WriteUnits, create_engine, probe_database
+from .errors import (
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+    StoreNotFoundError,
+    UnsafePathError,
+)
+from .paths import default_db_path
+from .repository.lineage import LineageMixin
+from .repository.maintenance import MaintenanceMixin
+from .repository.messages import MessagesMixin
+from .repository.meta import MetaMixin
+from .repository.portability import PortabilityMixin
+from .repository.search import SearchMixin
+from .repository.sessions import SessionsMixin
+from .repository.titles import TitlesMixin
+from .repository.usage import UsageMixin
+
+#: the upstream schema version a head file carries
+SCHEMA_VERSION = schema.SCHEMA_VERSION
+_SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
+def _upgrade_hint(path: Path) -> str:
+    return (f"run `hermes-store db upgrade --db {path}` (or `alembic -x db={path} upgrade "
+            "head`), or open it with auto_upgrade=True")
+
+
+def _check_not_symlink(path: Path) -> None:
+    for suffix in _SIDECARS:
+        candidate = Path(f"{path}{suffix}")
+        if candidate.is_symlink():
+            raise UnsafePathError(
+                f"{candidate} is a symbolic link (to {os.readlink(candidate)}); refusing to "
+                "open it, since writes would land wherever it points. Remove the link or "
+                "pass the real file's path."
+            )
+
+
+def _create_private_file(path: Path) -> None:
+    """Create an empty database file readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return  # created meanwhile by another process: use it as found
+    os.close(fd)
+
+
+def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
+    """Bring the file to head, or raise the error that says what to run."""
+    from . import migrate
+
+    head = migrate.head()
+    at = migrate.current(path)
+    if at == head:
+        return
+    if at is not None and at > head:
+        raise SchemaTooNewError(
+            f"{path} has schema revision {at}, newer than this hermes_store knows ({head}); "
+            "it was not touched. Upgrade hermes_store to open it."
+        )
+    if read_only or not auto_upgrade:
+        state = "has no schema yet" if at is None else f"is at schema revision {at}"
+        why = "it is opened read-only" if read_only else "auto_upgrade=False"
+        raise SchemaOutOfDateError(
+            f"{path} {state}, head is {head}, and {why}: {_upgrade_hint(path)}"
+        )
+    migrate.upgrade(path, "head")
+
+
+class SessionDB(
+    SessionsMixin,
+    TitlesMixin,
+    LineageMixin,
+    UsageMixin,
+    PortabilityMixin,
+    MetaMixin,
+    MaintenanceMixin,
+    MessagesMixin,
+    SearchMixin,
+):
+    """The Hermes session store over one SQLite file (see the module docstring)."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike | None = None,
+        read_only: bool = False,
+        *,
+        auto_upgrade: bool = True,
+        retry: RetryPolicy = RetryPolicy(),
+    ) -> None:
+        path = Path(db_path).expanduser() if db_path is not None else default_db_path()
+        self.db_path = path
+        self.read_only = bool(read_only)
+        self.retry = retry
+        _check_not_symlink(path)
+        if not path.exists():
+            if self.read_only:
+                raise StoreNotFoundError(
+                    f"{path} does not exist; a read-only open never creates a database. "
+                    "Check the path (or $HERMES_HOME), or open it without read_only=True."
+                )
+            if not auto_upgrade:
+                raise SchemaOutOfDateError(f"{path} does not exist: {_upgrade_hint(path)}")
+            _create_private_file(path)
+        probe_database(path)
+        ensure_schema(path, auto_upgrade=auto_upgrade, read_only=self.read_only)
+        engine = create_engine(path, read_only=self.read_only, busy_timeout=retry.busy_timeout)
+        self._engine = engine
+        self._units = WriteUnits(engine, retry, label=path)
+
+    def close(self) -> None:
+        """Checkpoint (PASSIVE: never waits for, or disturbs, other processes) and
+        release the file. Idempotent; any other call afterwards raises
+        ``StoreClosedError``."""
+        engine, units = self._engine, self._units
+        if engine is None:
+            return
+        self._engine = None
+        self._units = None
+        try:
+            if not self.read_only and units is not None:
+                units.checkpoint("PASSIVE")
+        finally:
+            engine.dispose()
+
+    @property
+    def closed(self) -> bool:
+        return self._engine is None
+
+    def __enter__(self) -> "SessionDB":
+        self._require_open()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("read-only" if self.read_only else "open")
+        return f"SessionDB({str(self.db_path)!r}, {state})"
+
+
+def _guarded(method):
+    """Raise ``StoreClosedError`` before running ``method`` on a closed store, even
+    when the method would have returned early without touching the database."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._require_open()
+        return method(self, *args, **kwargs)
+
+    return call
+
+
+def _guard_public_methods(cls: type) -> None:
+    exempt = {"close"}
+    for name in dir(cls):
+        if name.startswith("_") or name in exempt:
+            continue
+        raw = None
+        for klass in cls.__mro__:
+            if name in klass.__dict__:
+                raw = klass.__dict__[name]
+                break
+        if callable(raw) and not isinstance(raw, (staticmethod, classmethod, type)):
+            setattr(cls, name, _guarded(raw))
+
+
+_guard_public_methods(SessionDB)
