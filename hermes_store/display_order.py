@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
+# The same predicate as hermes_store.schema.VISIBLE_MESSAGE, as trigger text.
 _VISIBLE = "(active = 1 OR compacted = 1)"
 
 
@@ -101,7 +102,7 @@ BEGIN
 END""",
     "messages_display_identity_delete": f"""
 CREATE TRIGGER IF NOT EXISTS messages_display_identity_delete AFTER DELETE ON messages
-WHEN {_visible('old')[1:-1]}
+WHEN old.active = 1 OR old.compacted = 1
 BEGIN
     UPDATE messages SET display_order = {_smallest_peer_id('old')}
     WHERE {_peers_of('old')};

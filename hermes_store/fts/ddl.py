@@ -54,7 +54,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 log = logging.getLogger(__name__)

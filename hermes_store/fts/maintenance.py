@@ -142,7 +142,9 @@ def _total_changes(conn: Connection) -> int:
     return conn.exec_driver_sql("SELECT total_changes()").scalar()
 
 
-def merge_step(conn: Connection, table: str, *, pages: int = MERGE_PAGES, start: bool = False) -> bool:
+def merge_step(
+    conn: Connection, table: str, *, pages: int = MERGE_PAGES, start: bool = False
+) -> bool:
     """One bounded FTS5 merge of ``table``; True when it did work (more may remain).
 
     ``start=True`` makes every segment eligible (the first step of an incremental
@@ -211,7 +213,8 @@ def _payload_bytes(conn: Connection, tables: list[str]) -> int:
     for table in tables:
         columns = [r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")')]
         row_size = " + ".join(f'COALESCE(length(CAST("{c}" AS BLOB)), 0)' for c in columns)
-        total += conn.exec_driver_sql(f'SELECT COALESCE(SUM({row_size}), 0) FROM "{table}"').scalar()
+        query = f'SELECT COALESCE(SUM({row_size}), 0) FROM "{table}"'
+        total += conn.exec_driver_sql(query).scalar()
     return total
 
 
