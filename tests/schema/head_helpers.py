@@ -1,10 +1,14 @@
 """Helpers for the head-schema tests: build a head file straight from the head DDL, add
-rows, look inside the FTS indexes. (A module, not conftest, so tests can import it.)"""
+rows, look inside the FTS indexes, and the ``head_engine`` fixture.
+
+Deliberately not a conftest.py: other test packages do ``from conftest import ...``,
+which a second conftest module on sys.path would shadow."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 
 from hermes_store import schema
@@ -23,6 +27,14 @@ def build_head(path, **fts_options) -> sa.engine.Engine:
         conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
         ddl.stamp_storage_version(conn)
     return engine
+
+
+@pytest.fixture
+def head_engine(tmp_path):
+    """A fresh head file; the engine begins every transaction with BEGIN IMMEDIATE."""
+    engine = build_head(tmp_path / "state.db")
+    yield writer(engine)
+    engine.dispose()
 
 
 def add_session(conn, session_id, *, source="cli", model_config=None, **values):

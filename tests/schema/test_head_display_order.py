@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from head_helpers import add_message, add_session
+# head_engine is a fixture: importing it makes it available to this module's tests
+from head_helpers import add_message, add_session, head_engine
 from hermes_store.display_order import DISPLAY_TRIGGERS, drop_display_triggers
 from hermes_store.fts import maintenance
 

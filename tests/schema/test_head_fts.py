@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from head_helpers import add_message, add_session, build_head, indexed_ids, match
+# head_engine is a fixture: importing it makes it available to this module's tests
+from head_helpers import add_message, add_session, build_head, head_engine, indexed_ids, match
 from hermes_store.engine import create_engine, writer
 from hermes_store.fts import ddl, maintenance
 from support import schema_dump
