@@ -1,13 +1,58 @@
-"""Helpers shared by the repository tests (direct row edits the public API has no call for)."""
+"""Fixtures and helpers shared by the repository tests.
+
+Test modules import the fixtures they use (``from repo_helpers import db, db_path``):
+a nested conftest.py would shadow the root one's ``from conftest import …``.
+
+Every test gets a copy of one head file made once per process by a real
+``SessionDB(path)`` (running all migrations per test would cost ~1 s each).
+"""
 
 from __future__ import annotations
 
+import atexit
 import itertools
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
-from hermes_store import schema
+from hermes_store import SessionDB, schema
+
+_template: Path | None = None
+
+
+def head_template() -> Path:
+    """A fresh head file, created by SessionDB once per process and closed (its WAL
+    checkpointed), so a byte copy of the main file is a complete database."""
+    global _template
+    if _template is None:
+        folder = Path(tempfile.mkdtemp(prefix="hermes-head-"))
+        atexit.register(shutil.rmtree, folder, True)
+        path = folder / "state.db"
+        SessionDB(path).close()
+        _template = path
+    return _template
+
+
+def copy_head(dest: Path) -> Path:
+    shutil.copyfile(head_template(), dest)
+    dest.chmod(0o600)
+    return dest
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return copy_head(tmp_path / "state.db")
+
+
+@pytest.fixture
+def db(db_path):
+    store = SessionDB(db_path)
+    yield store
+    store.close()
 
 _clock = itertools.count(1)
 

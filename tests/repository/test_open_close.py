@@ -1,0 +1,192 @@
+"""Opening and closing SessionDB: paths, permissions, refusals, read-only, close."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from hermes_store import (
+    NotADatabaseError,
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+    SessionDB,
+    StoreClosedError,
+    UnsafePathError,
+)
+from hermes_store.errors import StoreNotFoundError, StoreReadOnlyError
+from conftest import copy_fixture
+from repo_helpers import copy_head, db, db_path  # noqa: F401
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_default_path_follows_hermes_home_at_call_time(hermes_home, monkeypatch, tmp_path):
+    with SessionDB() as db:
+        db.create_session("s", "cli")
+        assert db.db_path == hermes_home / "state.db"
+    other = tmp_path / "elsewhere" / "deeper"
+    monkeypatch.setenv("HERMES_HOME", str(other))
+    with SessionDB() as db:  # folder created on demand
+        assert db.db_path == other / "state.db" and db.get_session("s") is None
+
+
+def test_new_file_and_sidecars_are_private(tmp_path):
+    db_path = tmp_path / "fresh" / "state.db"
+    old = os.umask(0o022)
+    try:
+        db = SessionDB(db_path)
+        db.create_session("s", "cli")
+        sidecars = [p for p in (db_path, db_path.with_name("state.db-wal"),
+                                db_path.with_name("state.db-shm")) if p.exists()]
+        assert len(sidecars) == 3  # WAL mode, connection still open
+        assert {_mode(p) for p in sidecars} == {0o600}
+        db.close()
+    finally:
+        os.umask(old)
+
+
+def test_symlink_at_the_path_is_refused(tmp_path):
+    target = copy_head(tmp_path / "victim.db")
+    before = _digest(target)
+    link = tmp_path / "state.db"
+    link.symlink_to(target)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        SessionDB(link)
+    wal_link = tmp_path / "other.db-wal"
+    wal_link.symlink_to(tmp_path / "anything")
+    with pytest.raises(UnsafePathError):
+        SessionDB(tmp_path / "other.db")
+    assert _digest(target) == before
+
+
+def test_not_a_database_is_refused_untouched(tmp_path):
+    junk = tmp_path / "state.db"
+    junk.write_bytes(b"this is a text file, not SQLite\n" * 200)
+    before = _digest(junk)
+    with pytest.raises(NotADatabaseError, match="hermes-store recover"):
+        SessionDB(junk)
+    assert _digest(junk) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+def test_read_only(db_path):
+    with SessionDB(db_path) as db:
+        db.create_session("s", "cli")
+        db.set_session_title("s", "Kept")
+    ro = SessionDB(db_path, read_only=True)
+    assert ro.get_session_title("s") == "Kept"
+    assert [r["id"] for r in ro.list_sessions_rich()] == ["s"]
+    with pytest.raises(StoreReadOnlyError, match="read_only=True"):
+        ro.set_session_title("s", "Changed")
+    with pytest.raises(StoreReadOnlyError):
+        ro.create_session("t", "cli")
+    ro.close()
+    with SessionDB(db_path) as db:
+        assert db.get_session_title("s") == "Kept" and db.get_session("t") is None
+
+
+def test_read_only_missing_file(tmp_path):
+    with pytest.raises(StoreNotFoundError, match="does not exist") as err:
+        SessionDB(tmp_path / "nope.db", read_only=True)
+    assert isinstance(err.value, FileNotFoundError)
+    assert not (tmp_path / "nope.db").exists()
+
+
+def test_auto_upgrade_off_refuses_missing_file(tmp_path):
+    with pytest.raises(SchemaOutOfDateError, match="hermes-store db upgrade"):
+        SessionDB(tmp_path / "new.db", auto_upgrade=False)
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_auto_upgrade_off_refuses_an_older_file(tmp_path):
+    old = copy_fixture("upstream-0.19.0-v22", tmp_path)
+    before = _digest(old)
+    with pytest.raises(SchemaOutOfDateError, match=r"upgrade head"):
+        SessionDB(old, auto_upgrade=False)
+    with pytest.raises(SchemaOutOfDateError):
+        SessionDB(old, read_only=True)
+    assert _digest(old) == before
+
+
+def test_newer_schema_is_refused_untouched(db_path):
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE schema_version SET version = 31")
+        raw.execute("DELETE FROM alembic_version")
+    raw.close()
+    before = _digest(db_path)
+    with pytest.raises(SchemaTooNewError):
+        SessionDB(db_path)
+    assert _digest(db_path) == before
+
+
+def test_close_is_idempotent_and_every_call_after_it_fails_clearly(db_path):
+    db = SessionDB(db_path)
+    db.create_session("s", "cli")
+    db.close()
+    db.close()
+    assert db.closed
+    calls = [
+        lambda: db.get_session("s"),
+        lambda: db.create_session("x", "cli"),
+        lambda: db.update_session_cwd("s", ""),  # would return early when open
+        lambda: db.record_auxiliary_usage("", ""),
+        lambda: db.list_sessions_rich(),
+        lambda: db.set_meta("k", "v"),
+        lambda: db.try_acquire_compression_lock("s", "h"),
+        lambda: db.maybe_auto_prune_and_vacuum(),
+        lambda: db.__enter__(),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError, match="store closed"):
+            call()
+    assert SessionDB.sanitize_title(" ok ") == "ok"  # static helpers stay usable
+
+
+def test_close_checkpoints_and_data_survives(db_path):
+    with SessionDB(db_path) as db:
+        for i in range(20):
+            db.create_session(f"s{i}", "cli")
+    wal = db_path.with_name("state.db-wal")
+    assert not wal.exists() or wal.stat().st_size == 0 or _frames_checkpointed(db_path)
+    with SessionDB(db_path) as db:
+        assert db.session_count() == 20
+
+
+def _frames_checkpointed(path) -> bool:
+    with sqlite3.connect(path) as raw:
+        busy, log_frames, done = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    raw.close()
+    return log_frames == done
+
+
+def test_maintenance_calls(db):
+    db.create_session("s", "cli")
+    from repo_helpers import add_message, fts_hits
+    add_message(db, "s", "user", "maintenanceword")
+    assert db.rebuild_fts() >= 2
+    assert db.optimize_fts() >= 2
+    assert db.fts_integrity_check() == []
+    assert db.vacuum() >= 2
+    assert fts_hits(db, "maintenanceword") == 1
+
+
+def test_maybe_auto_prune_and_vacuum(db):
+    first = db.maybe_auto_prune_and_vacuum()
+    assert first == {"skipped": False, "pruned": 0, "vacuumed": False}
+    assert db.maybe_auto_prune_and_vacuum()["skipped"] is True
+    db.set_meta("last_auto_prune", "garbage")
+    db.create_session("old", "cli")
+    db.end_session("old", "done")
+    from repo_helpers import set_fields
+    set_fields(db, "old", started_at=1.0)
+    assert db.maybe_auto_prune_and_vacuum() == {"skipped": False, "pruned": 1, "vacuumed": True}
