@@ -1,7 +1,705 @@
-"""Placeholder: the messages concern of SessionDB is being written (see docs/architecture.md)."""
+"""The messages concern of ``SessionDB``: a session's transcript.
 
+Writing: ``append_message`` (one row + the session's counters, one unit),
+``replace_messages`` / ``archive_and_compact`` (bulk rewrites), ``rewind_to_message`` /
+``restore_rewound`` (soft delete and undo), ``clear_messages``,
+``set_latest_user_api_content``.
+Reading: ``get_messages``, ``get_messages_as_conversation`` (OpenAI replay shape),
+``get_messages_around`` / ``get_anchored_view`` (windows), ``list_recent_user_messages``,
+``message_count``, ``has_platform_message_id``, ``has_archived_messages``.
+
+Storage conventions kept from upstream Hermes (other programs read the same file):
+
+* list/dict ``content`` (multimodal parts) is stored as ``"\\x00json:" + JSON`` and
+  decoded on read; ``tool_calls``, ``reasoning_details`` and ``codex_*`` are JSON text,
+  an empty value stored as NULL;
+* text never carries lone surrogates (replaced by U+FFFD: the driver cannot encode
+  them, and one would fail the whole write);
+* a JSON column holding text that is not JSON (another writer's bug) still reads:
+  ``tool_calls`` falls back to ``[]``, the replay-only fields to ``None``, content to
+  its raw text — each with a warning, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from typing import Any, Callable, Sequence
+
+import sqlalchemy as sa
+
+from .. import schema
+from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
+from .values import scrub_surrogates
+
+log = logging.getLogger(__name__)
+
+M = schema.messages
+S = schema.sessions
+
+#: prefix marking JSON-encoded (list/dict) content; NUL cannot start real text
+CONTENT_JSON_PREFIX = "\x00json:"
+#: ``list_recent_user_messages`` preview length
+RECENT_PREVIEW_CHARS = 80
+
+_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
+_ASSISTANT_ONLY = ("reasoning", "reasoning_content", "reasoning_details",
+                   "codex_reasoning_items", "codex_message_items")
+
+# A recalled-memory block the agent injected into a turn and that leaked into the
+# stored text; replaying it would feed the model its own memory as user input.
+_MEMORY_BLOCK = re.compile(r"<\s*memory-context\s*>.*?<\s*/\s*memory-context\s*>",
+                           re.IGNORECASE | re.DOTALL)
+_MEMORY_NOTE = re.compile(
+    r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\."
+    r"\s*Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*",
+    re.IGNORECASE,
+)
+_MEMORY_TAG = re.compile(r"<\s*/?\s*memory-context\s*>", re.IGNORECASE)
+
+# Prompts of the background skill/memory review that older agents wrote into the real
+# session; replayed, they turn the agent into the reviewer.
+_REVIEW_HARNESS_OPENINGS = (
+    "Review the conversation above and update the skill library",
+    "Review the conversation above and consider saving to memory",
+)
+
+_CONVERSATION_COLUMNS = (
+    M.c.role, M.c.content, M.c.tool_call_id, M.c.tool_calls, M.c.tool_name,
+    M.c.effect_disposition, M.c.finish_reason, M.c.reasoning, M.c.reasoning_content,
+    M.c.reasoning_details, M.c.codex_reasoning_items, M.c.codex_message_items,
+    M.c.platform_message_id, M.c.observed, M.c.timestamp, M.c.api_content,
+)
+
+
+# --------------------------------------------------------------------------- encoding
+
+def encode_content(content: Any) -> Any:
+    """The stored form of message content (see module docstring)."""
+    if isinstance(content, str):
+        return scrub_surrogates(content)
+    if content is None or isinstance(content, (bytes, int, float)):
+        return content
+    try:
+        # ensure_ascii (the default) escapes surrogates, so the text is always bindable
+        return CONTENT_JSON_PREFIX + json.dumps(content)
+    except (TypeError, ValueError):
+        return scrub_surrogates(str(content))  # storing something beats losing the turn
+
+
+def decode_content(stored: Any) -> Any:
+    if isinstance(stored, str) and stored.startswith(CONTENT_JSON_PREFIX):
+        try:
+            return json.loads(stored[len(CONTENT_JSON_PREFIX):])
+        except ValueError:
+            log.warning("message content carries the JSON marker but is not JSON; "
+                        "returning the stored text")
+    return stored
+
+
+def content_preview(decoded: Any) -> str:
+    """Plain text of decoded content: the text parts of multimodal content."""
+    if isinstance(decoded, list):
+        parts = [p.get("text", "") for p in decoded
+                 if isinstance(p, dict) and p.get("type") == "text"]
+        return " ".join(t for t in parts if t).strip() or "[multimodal content]"
+    return decoded if isinstance(decoded, str) else ""
+
+
+def _json_or_none(value: Any, field: str) -> str | None:
+    if not value:
+        return None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"{field} must be JSON-serializable (lists/dicts of str, numbers, bools, "
+            f"None): {exc}; nothing was written"
+        ) from None
+
+
+def _load_json(text: Any, field: str, fallback: Any) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        log.warning("messages.%s holds text that is not JSON; returning %r", field, fallback)
+        return fallback
+
+
+def _tool_call_increment(tool_calls: Any) -> int:
+    """How much a message adds to ``sessions.tool_call_count`` (upstream's rule)."""
+    if tool_calls is None:
+        return 0
+    return len(tool_calls) if isinstance(tool_calls, list) else 1
+
+
+def _timestamp(value: Any, default: float) -> float:
+    """Epoch seconds from a number or anything with ``.timestamp()``; else ``default``."""
+    if value is None:
+        return default
+    try:
+        ts = float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
+    except (TypeError, ValueError, OverflowError, OSError):
+        log.debug("ignoring unusable message timestamp %r", value)
+        return default
+    # NaN/inf would be stored as NULL and break the NOT NULL column
+    return ts if math.isfinite(ts) else default
+
+
+def _text(value: Any) -> Any:
+    return scrub_surrogates(value)
+
+
+def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
+                 tool_calls=None, tool_call_id=None, token_count=None, finish_reason=None,
+                 reasoning=None, reasoning_content=None, reasoning_details=None,
+                 codex_reasoning_items=None, codex_message_items=None,
+                 platform_message_id=None, observed=False, effect_disposition=None,
+                 timestamp: float, api_content=None) -> dict:
+    if role is None or not isinstance(role, str):
+        raise InvalidArgumentError(
+            f"a message needs a role such as 'user', 'assistant' or 'tool' (got {role!r}); "
+            "nothing was written"
+        )
+    return {
+        "session_id": session_id,
+        "role": _text(role),
+        "content": encode_content(content),
+        "tool_call_id": _text(tool_call_id),
+        "tool_calls": _json_or_none(tool_calls, "tool_calls"),
+        "tool_name": _text(tool_name),
+        "effect_disposition": _text(effect_disposition),
+        "timestamp": timestamp,
+        "token_count": token_count,
+        "finish_reason": _text(finish_reason),
+        "reasoning": _text(reasoning),
+        "reasoning_content": _text(reasoning_content),
+        "reasoning_details": _json_or_none(reasoning_details, "reasoning_details"),
+        "codex_reasoning_items": _json_or_none(codex_reasoning_items, "codex_reasoning_items"),
+        "codex_message_items": _json_or_none(codex_message_items, "codex_message_items"),
+        "platform_message_id": _text(platform_message_id),
+        "observed": 1 if observed else 0,
+        "active": 1,
+        "api_content": _text(api_content) if isinstance(api_content, str) else None,
+    }
+
+
+def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], int]:
+    """Rows for ``replace_messages``/``archive_and_compact`` and their tool-call total.
+
+    Built before the write unit, so a bad message fails the call before anything is
+    written, and a retried unit inserts exactly the same rows.
+    """
+    if not isinstance(messages, (list, tuple)):
+        raise InvalidArgumentError(
+            f"messages must be a list of dicts (got {type(messages).__name__}); "
+            "nothing was written"
+        )
+    rows: list[dict] = []
+    tool_calls_total = 0
+    next_ts = time.time()
+    for index, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise InvalidArgumentError(
+                f"messages[{index}] must be a dict (got {type(msg).__name__}); "
+                "nothing was written"
+            )
+        role = msg.get("role", "unknown")
+        ts = _timestamp(msg.get("timestamp"), next_ts)
+        fields = {k: msg.get(k) for k in _ASSISTANT_ONLY} if role == "assistant" else {}
+        try:
+            rows.append(_message_row(
+                session_id, role,
+                content=msg.get("content"),
+                tool_name=msg.get("tool_name"),
+                tool_calls=msg.get("tool_calls"),
+                tool_call_id=msg.get("tool_call_id"),
+                token_count=msg.get("token_count"),
+                finish_reason=msg.get("finish_reason"),
+                platform_message_id=msg.get("platform_message_id") or msg.get("message_id"),
+                observed=msg.get("observed"),
+                effect_disposition=msg.get("effect_disposition"),
+                timestamp=ts,
+                api_content=msg.get("api_content"),
+                **fields,
+            ))
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"messages[{index}]: {exc}") from None
+        tool_calls_total += _tool_call_increment(msg.get("tool_calls"))
+        # rows without a timestamp stay in order even on a coarse clock
+        next_ts = max(next_ts + 1e-6, ts + 1e-6)
+    return rows, tool_calls_total
+
+
+def _decoded_row(row) -> dict:
+    """A full message row as a dict, content and tool_calls decoded."""
+    msg = dict(row._mapping)
+    msg["content"] = decode_content(msg.get("content"))
+    if msg.get("tool_calls"):
+        msg["tool_calls"] = _load_json(msg["tool_calls"], "tool_calls", [])
+    return msg
+
+
+def strip_memory_context(text: str) -> str:
+    """Remove recalled-memory blocks, their system note and stray fence tags."""
+    text = _MEMORY_BLOCK.sub("", text)
+    text = _MEMORY_NOTE.sub("", text)
+    return _MEMORY_TAG.sub("", text)
+
+
+def _is_review_harness(msg: dict) -> bool:
+    content = msg.get("content")
+    return (msg.get("role") in ("user", "system") and isinstance(content, str)
+            and content.lstrip().startswith(_REVIEW_HARNESS_OPENINGS))
+
+
+def _without_review_harness(messages: list[dict]) -> list[dict]:
+    """Drop review-harness prompts and the assistant turn that answered each."""
+    out: list[dict] = []
+    answering = False
+    for msg in messages:
+        if _is_review_harness(msg):
+            answering = True
+            continue
+        if answering:
+            answering = False
+            if msg.get("role") == "assistant":
+                continue
+        out.append(msg)
+    return out
+
+
+def _is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
+    """A user turn repeating an earlier user turn with no assistant output between
+    (a resumed session re-sends its last prompt; across segments it would show twice)."""
+    content = msg.get("content")
+    if msg.get("role") != "user" or not isinstance(content, str) or not content:
+        return False
+    for prev in reversed(earlier):
+        if prev.get("role") == "user" and prev.get("content") == content:
+            return True
+        if prev.get("role") == "assistant" and (prev.get("content") or prev.get("tool_calls")):
+            return False
+    return False
+
+
+def _conversation_entry(row) -> dict:
+    role = row.role
+    content = decode_content(row.content)
+    if role in ("user", "assistant") and isinstance(content, str):
+        content = strip_memory_context(content).strip()
+    msg: dict[str, Any] = {"role": role, "content": content}
+    if row.api_content:
+        msg["api_content"] = row.api_content  # verbatim: it is the exact wire text
+    if row.timestamp:
+        msg["timestamp"] = row.timestamp
+    if row.tool_call_id:
+        msg["tool_call_id"] = row.tool_call_id
+    if row.tool_name:
+        msg["tool_name"] = row.tool_name
+    if row.effect_disposition:
+        msg["effect_disposition"] = row.effect_disposition
+    if row.tool_calls:
+        msg["tool_calls"] = _load_json(row.tool_calls, "tool_calls", [])
+    if row.platform_message_id:
+        msg["message_id"] = row.platform_message_id
+    if row.observed:
+        msg["observed"] = True
+    if role == "assistant":
+        if row.finish_reason:
+            msg["finish_reason"] = row.finish_reason
+        if row.reasoning:
+            msg["reasoning"] = row.reasoning
+        if row.reasoning_content is not None:
+            msg["reasoning_content"] = row.reasoning_content
+        for field in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
+            stored = getattr(row, field)
+            if stored:
+                msg[field] = _load_json(stored, field, None)
+    return msg
+
+
+def _default_alternation_repair() -> Callable[[list], Any] | None:
+    try:  # the agent package ships the repair; the store does not depend on it
+        from agent.agent_runtime_helpers import repair_message_sequence
+    except ImportError:
+        return None
+    return lambda messages: repair_message_sequence(None, messages)
 
 
 class MessagesMixin(RepositoryBase):
-    pass
+    """Transcript reads and writes (see the module docstring)."""
+
+    #: ``repair_alternation=True`` hook: ``fn(messages)`` repairs the list in place.
+    #: ``None`` = the Hermes agent's ``repair_message_sequence`` when importable.
+    alternation_repair: Callable[[list], Any] | None = None
+
+    _encode_content = staticmethod(encode_content)
+    _decode_content = staticmethod(decode_content)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _session_must_exist(conn: sa.Connection, session_id: str) -> None:
+        if conn.execute(sa.select(S.c.id).where(S.c.id == session_id)).first() is None:
+            raise SessionNotFoundError(session_id)
+
+    @staticmethod
+    def _set_counters(conn: sa.Connection, session_id: str, messages: int, tool_calls: int):
+        conn.execute(sa.update(S).where(S.c.id == session_id)
+                     .values(message_count=messages, tool_call_count=tool_calls))
+
+    # ------------------------------------------------------------------ writes
+
+    def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: Any = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_content: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        effect_disposition: str | None = None,
+        timestamp: Any = None,
+        api_content: str | None = None,
+    ) -> int:
+        """Append one message and count it on its session; returns the new id.
+
+        ``message_count`` grows by 1 and ``tool_call_count`` by ``len(tool_calls)``
+        (a list) or 1 (any other non-None value), in the same unit as the insert.
+        Raises ``SessionNotFoundError`` for an unknown session and
+        ``InvalidArgumentError`` for a missing role or unserializable JSON field.
+        """
+        row = _message_row(
+            session_id, role, content=content, tool_name=tool_name, tool_calls=tool_calls,
+            tool_call_id=tool_call_id, token_count=token_count, finish_reason=finish_reason,
+            reasoning=reasoning, reasoning_content=reasoning_content,
+            reasoning_details=reasoning_details, codex_reasoning_items=codex_reasoning_items,
+            codex_message_items=codex_message_items, platform_message_id=platform_message_id,
+            observed=observed, effect_disposition=effect_disposition,
+            timestamp=_timestamp(timestamp, time.time()), api_content=api_content,
+        )
+        added_calls = _tool_call_increment(tool_calls)
+
+        def unit(conn: sa.Connection) -> int:
+            self._session_must_exist(conn, session_id)
+            new_id = conn.execute(sa.insert(M).values(row)).inserted_primary_key[0]
+            conn.execute(
+                sa.update(S).where(S.c.id == session_id).values(
+                    message_count=sa.func.coalesce(S.c.message_count, 0) + 1,
+                    tool_call_count=sa.func.coalesce(S.c.tool_call_count, 0) + added_calls,
+                )
+            )
+            return new_id
+
+        return self._write(unit)
+
+    def replace_messages(self, session_id: str, messages: list[dict],
+                         active_only: bool = False) -> None:
+        """Replace a session's transcript in one unit.
+
+        Deletes every row (only the active ones with ``active_only=True``, keeping
+        rewound and compaction-archived rows), inserts ``messages`` and sets the
+        counters to the inserted totals. An empty list on an unknown session is a no-op;
+        a non-empty one raises ``SessionNotFoundError``.
+        """
+        rows, tool_calls = _bulk_rows(session_id, messages)
+
+        def unit(conn: sa.Connection) -> None:
+            if rows:
+                self._session_must_exist(conn, session_id)
+            doomed = sa.delete(M).where(M.c.session_id == session_id)
+            if active_only:
+                doomed = doomed.where(M.c.active == 1)
+            conn.execute(doomed)
+            if rows:
+                conn.execute(sa.insert(M), rows)
+            self._set_counters(conn, session_id, len(rows), tool_calls)
+
+        self._write(unit)
+
+    def archive_and_compact(self, session_id: str, compacted_messages: list[dict]) -> int:
+        """Compact in place without losing history; returns the number of rows inserted.
+
+        The active rows become ``active=0, compacted=1`` (hidden from replay, still
+        found by search), ``compacted_messages`` are inserted as the new live rows,
+        and the counters describe the live set.
+        """
+        rows, tool_calls = _bulk_rows(session_id, compacted_messages)
+
+        def unit(conn: sa.Connection) -> int:
+            if rows:
+                self._session_must_exist(conn, session_id)
+            conn.execute(
+                sa.update(M).where(M.c.session_id == session_id, M.c.active == 1)
+                .values(active=0, compacted=1)
+            )
+            if rows:
+                conn.execute(sa.insert(M), rows)
+            self._set_counters(conn, session_id, len(rows), tool_calls)
+            return len(rows)
+
+        return self._write(unit)
+
+    def set_latest_user_api_content(self, session_id: str, content: Any,
+                                    api_content: str) -> int:
+        """Store ``api_content`` on the newest active user row if its content equals
+        ``content`` (a guard against a racing rewrite); returns rows updated (0/1)."""
+        encoded = encode_content(content)
+        newest_user = (
+            sa.select(M.c.id)
+            .where(M.c.session_id == session_id, M.c.role == "user", M.c.active == 1)
+            .order_by(M.c.id.desc()).limit(1).scalar_subquery()
+        )
+
+        def unit(conn: sa.Connection) -> int:
+            result = conn.execute(
+                sa.update(M)
+                .where(M.c.id == newest_user, M.c.content.is_not_distinct_from(encoded))
+                .values(api_content=_text(api_content))
+            )
+            return result.rowcount
+
+        return self._write(unit)
+
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict:
+        """Soft-delete a user message and everything after it (``active=0``).
+
+        Returns ``{"rewound_count", "target_message", "new_head_id"}``; the target's
+        content is decoded so a UI can offer it for editing. ``rewind_count`` grows on
+        every call; ``message_count`` is left alone (upstream). Raises
+        ``InvalidArgumentError`` (a ``ValueError``) with upstream's texts when the
+        target is not in the session or is not a user message.
+        """
+
+        def unit(conn: sa.Connection) -> dict:
+            target = conn.execute(
+                sa.select(M).where(M.c.id == target_message_id, M.c.session_id == session_id)
+            ).first()
+            if target is None:
+                raise InvalidArgumentError(
+                    f"message {target_message_id} not found in session {session_id}")
+            if target.role != "user":
+                raise InvalidArgumentError(
+                    f"rewind target must be a 'user' message (got role={target.role!r}, "
+                    f"id={target_message_id})")
+            newly_hidden = conn.execute(
+                sa.update(M)
+                .where(M.c.session_id == session_id, M.c.id >= target_message_id,
+                       M.c.active == 1)
+                .values(active=0)
+            ).rowcount
+            conn.execute(
+                sa.update(S).where(S.c.id == session_id)
+                .values(rewind_count=sa.func.coalesce(S.c.rewind_count, 0) + 1)
+            )
+            new_head = conn.execute(
+                sa.select(sa.func.max(M.c.id))
+                .where(M.c.session_id == session_id, M.c.active == 1)
+            ).scalar()
+            target_row = dict(target._mapping)
+            target_row["content"] = decode_content(target_row["content"])
+            return {"rewound_count": newly_hidden, "target_message": target_row,
+                    "new_head_id": new_head}
+
+        return self._write(unit)
+
+    def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        """Re-activate inactive rows with ``id >= since_message_id``; returns how many."""
+
+        def unit(conn: sa.Connection) -> int:
+            return conn.execute(
+                sa.update(M)
+                .where(M.c.session_id == session_id, M.c.id >= since_message_id,
+                       M.c.active == 0)
+                .values(active=1)
+            ).rowcount
+
+        return self._write(unit)
+
+    def clear_messages(self, session_id: str) -> None:
+        """Delete every message of the session (active or not) and zero its counters.
+        The session row stays; an unknown session is a no-op."""
+
+        def unit(conn: sa.Connection) -> None:
+            conn.execute(sa.delete(M).where(M.c.session_id == session_id))
+            self._set_counters(conn, session_id, 0, 0)
+
+        self._write(unit)
+
+    # ------------------------------------------------------------------ reads
+
+    def get_messages(self, session_id: str, include_inactive: bool = False,
+                     limit: int | None = None, offset: int = 0) -> list[dict]:
+        """The session's rows in insertion (id) order, every column, content and
+        ``tool_calls`` decoded (``reasoning_details``/``codex_*`` stay JSON text).
+        Active rows only unless ``include_inactive``; ``limit``/``offset`` page."""
+        stmt = sa.select(M).where(M.c.session_id == session_id).order_by(M.c.id)
+        if not include_inactive:
+            stmt = stmt.where(M.c.active == 1)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        if offset:
+            stmt = stmt.offset(offset)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return [_decoded_row(row) for row in rows]
+
+    def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
+                                     include_inactive: bool = False,
+                                     repair_alternation: bool = False) -> list[dict]:
+        """The transcript as an OpenAI-style message list, ready to replay.
+
+        ``include_ancestors`` prepends the messages of every parent session (root
+        first), dropping a user prompt a resumed segment re-sent. Leaked memory-context
+        blocks and background-review harness turns are removed. ``repair_alternation``
+        runs ``alternation_repair`` (the agent's sequence repair) on the result.
+        """
+        with self._read() as conn:
+            # _parent_chain (lineage concern) joins this snapshot
+            ids = (list(reversed(self._parent_chain(session_id))) or [session_id]
+                   if include_ancestors else [session_id])
+            stmt = (sa.select(*_CONVERSATION_COLUMNS)
+                    .where(M.c.session_id.in_(ids)).order_by(M.c.id))
+            if not include_inactive:
+                stmt = stmt.where(M.c.active == 1)
+            rows = conn.execute(stmt).all()
+
+        messages: list[dict] = []
+        for row in rows:
+            msg = _conversation_entry(row)
+            if include_ancestors and _is_replayed_prompt(messages, msg):
+                continue
+            messages.append(msg)
+        messages = _without_review_harness(messages)
+        if repair_alternation and messages:
+            repair = self.alternation_repair or _default_alternation_repair()
+            if repair is None:
+                log.warning("repair_alternation=True but no repair is available (set "
+                            "SessionDB.alternation_repair); returning the stored sequence")
+            else:
+                repair(messages)
+        return messages
+
+    def get_messages_around(self, session_id: str, around_message_id: int,
+                            window: int = 5) -> dict:
+        """Up to ``window`` messages either side of an anchor, active or not.
+
+        Returns ``{"window": [...], "messages_before": n, "messages_after": n}`` (id
+        order); an anchor not in the session gives an empty window and zero counts.
+        """
+        window = max(0, int(window))
+        with self._read() as conn:
+            anchor = conn.execute(
+                sa.select(M.c.id).where(M.c.id == around_message_id,
+                                        M.c.session_id == session_id)
+            ).first()
+            if anchor is None:
+                return {"window": [], "messages_before": 0, "messages_after": 0}
+            upto_anchor = conn.execute(
+                sa.select(M).where(M.c.session_id == session_id, M.c.id <= around_message_id)
+                .order_by(M.c.id.desc()).limit(window + 1)
+            ).all()
+            after = conn.execute(
+                sa.select(M).where(M.c.session_id == session_id, M.c.id > around_message_id)
+                .order_by(M.c.id).limit(window)
+            ).all()
+        rows = list(reversed(upto_anchor)) + list(after)
+        return {
+            "window": [_decoded_row(r) for r in rows],
+            "messages_before": len(upto_anchor) - 1,
+            "messages_after": len(after),
+        }
+
+    def get_anchored_view(self, session_id: str, around_message_id: int, window: int = 5,
+                          bookend: int = 3,
+                          keep_roles: Sequence[str] | None = ("user", "assistant")) -> dict:
+        """``get_messages_around`` plus the session's opening and closing turns.
+
+        The window keeps only ``keep_roles`` (the anchor always stays);
+        ``bookend_start``/``bookend_end`` are the first/last ``bookend`` non-empty
+        messages of those roles outside the window (``keep_roles=None``: any role).
+        """
+        view = self.get_messages_around(session_id, around_message_id, window=window)
+        view.update(bookend_start=[], bookend_end=[])
+        rows = view["window"]
+        if not rows:
+            return view
+        if keep_roles is not None:
+            keep = set(keep_roles)
+            view["window"] = [m for m in rows
+                              if m["id"] == around_message_id or m["role"] in keep]
+        bookend = max(0, int(bookend))
+        if bookend == 0:
+            return view
+        nonempty = [M.c.session_id == session_id, sa.func.length(M.c.content) > 0]
+        if keep_roles is not None:
+            nonempty.append(M.c.role.in_(list(keep_roles)))
+        with self._read() as conn:
+            head = conn.execute(
+                sa.select(M).where(*nonempty, M.c.id < rows[0]["id"])
+                .order_by(M.c.id).limit(bookend)
+            ).all()
+            tail = conn.execute(
+                sa.select(M).where(*nonempty, M.c.id > rows[-1]["id"])
+                .order_by(M.c.id.desc()).limit(bookend)
+            ).all()
+        view["bookend_start"] = [_decoded_row(r) for r in head]
+        view["bookend_end"] = [_decoded_row(r) for r in reversed(tail)]
+        return view
+
+    def list_recent_user_messages(self, session_id: str, limit: int = 20,
+                                  include_inactive: bool = False) -> list[dict]:
+        """Newest user messages first as ``{"id", "timestamp", "preview"}`` (a rewind
+        picker); the preview is whitespace-collapsed, cut to 77 chars + "..." past 80."""
+        stmt = (sa.select(M.c.id, M.c.timestamp, M.c.content)
+                .where(M.c.session_id == session_id, M.c.role == "user")
+                .order_by(M.c.id.desc()).limit(int(limit)))
+        if not include_inactive:
+            stmt = stmt.where(M.c.active == 1)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        out = []
+        for row in rows:
+            preview = " ".join(content_preview(decode_content(row.content)).split())
+            if len(preview) > RECENT_PREVIEW_CHARS:
+                preview = preview[:RECENT_PREVIEW_CHARS - 3] + "..."
+            out.append({"id": row.id, "timestamp": row.timestamp, "preview": preview})
+        return out
+
+    def message_count(self, session_id: str | None = None) -> int:
+        """Rows stored for a session (or in all sessions), rewound/archived included."""
+        stmt = sa.select(sa.func.count()).select_from(M)
+        if session_id:
+            stmt = stmt.where(M.c.session_id == session_id)
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        """Whether the session already stored the platform's message (retry dedupe)."""
+        stmt = sa.select(sa.literal(1)).where(
+            M.c.session_id == session_id, M.c.platform_message_id == platform_message_id
+        ).limit(1)
+        with self._read() as conn:
+            return conn.execute(stmt).first() is not None
+
+    def has_archived_messages(self, session_id: str) -> bool:
+        """Whether the session has any inactive (rewound or compacted) row."""
+        stmt = sa.select(sa.literal(1)).where(
+            M.c.session_id == session_id, M.c.active == 0
+        ).limit(1)
+        with self._read() as conn:
+            return conn.execute(stmt).first() is not None
