@@ -1,0 +1,99 @@
+"""``hermes-store``: the admin CLI for a Hermes ``state.db``.
+
+One module per command group (``db``, ``sessions``, ``search``, ``maintenance``,
+``recover``); ``status`` lives here. Global options: ``--db PATH`` (default
+``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``) and ``--json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..paths import default_db_path
+from . import db, maintenance, recover, search, sessions
+from .common import HermesGroup, JsonOption, State, out, state
+from .output import human_bytes
+
+EPILOG = (
+    "Exit codes: 0 ok, 1 problems found, 2 usage or invalid input, 3 not found, "
+    "4 damaged file (run recover), 5 schema version problem, 6 busy (locked by another "
+    "process), 7 cancelled at a prompt, 8 other error."
+)
+
+app = typer.Typer(
+    name="hermes-store",
+    cls=HermesGroup,
+    help="Administer a Hermes Agent state.db: schema upgrades, sessions, search, "
+    "maintenance, backup and recovery.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db_path: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--db",
+            metavar="PATH",
+            help="The state.db to work on (default: $HERMES_HOME/state.db, else ~/.hermes/state.db).",
+            show_default=False,
+        ),
+    ] = None,
+    json_mode: JsonOption = False,
+) -> None:
+    ctx.obj = State(
+        db=(db_path.expanduser().absolute() if db_path else default_db_path()),
+        json=json_mode,
+    )
+
+
+@app.command("status")
+def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Path, size, revision, schema version and row counts of the store."""
+    from .maintenance import store_status
+
+    o = out(ctx, json_flag)
+    info = store_status(state(ctx).db)
+    if o.json_mode:
+        o.emit(info)
+    else:
+        rev = info["revision"] or "-"
+        if info["revision"] and info["revision"] == info["head"]:
+            rev += " (head)"
+        elif info["revision"]:
+            rev += f" (head is {info['head']}: run `hermes-store db upgrade`)"
+        o.pairs(
+            [
+                ("path", info["path"]),
+                ("exists", "yes" if info["exists"] else "no — run `hermes-store db upgrade`"),
+                ("size", human_bytes(info["size_bytes"]) + (f" + {human_bytes(info['wal_bytes'])} WAL" if info["wal_bytes"] else "")),
+                ("revision", rev),
+                ("schema_version", info["schema_version"]),
+                ("journal_mode", info["journal_mode"]),
+                ("sessions", info["sessions"]),
+                ("messages", info["messages"]),
+            ]
+        )
+    if not info["exists"]:
+        raise typer.Exit(3)
+
+
+app.add_typer(db.app, name="db")
+app.add_typer(sessions.app, name="sessions")
+app.add_typer(maintenance.app, name="maintenance")
+search.register(app)
+recover.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="hermes-store")

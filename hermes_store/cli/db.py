@@ -1,0 +1,186 @@
+"""``hermes-store db …``: schema revisions and backups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import migrate
+from .common import JsonOption, YesOption, confirm, out, state
+from .output import EXIT_PROBLEMS, human_bytes
+
+app = typer.Typer(help="Schema revisions (upgrade, downgrade, check) and backups.", no_args_is_help=True)
+
+
+def _describe(revision: str | None, head: str) -> str:
+    if revision is None:
+        return "none (empty or missing file)"
+    return f"{revision} (head)" if revision == head else f"{revision} (head is {head})"
+
+
+@app.command("upgrade")
+def upgrade_command(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision (0001…, or head).")] = "head",
+    json_flag: JsonOption = False,
+) -> None:
+    """Create or upgrade the database to REVISION (adopting a file upstream Hermes wrote)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    before = migrate.inspect_file(path)
+    steps = [rev for rev, _ in migrate.history()]
+    start = steps.index(before.revision) + 1 if before.revision in steps else 0
+    target = migrate.head() if revision == "head" else revision
+    total = steps.index(target) + 1 - start if target in steps else None
+    with o.progress("Upgrading", total if total and total > 0 else None) as advance:
+        done = [0]
+
+        def step(rev: str, description: str) -> None:
+            done[0] += 1
+            advance(done[0])
+
+        after = migrate.upgrade(path, revision, progress=step)
+    payload = {
+        "path": str(path),
+        "created": before.kind in ("missing", "empty"),
+        "adopted": before.kind == "upstream",
+        "from": before.revision,
+        "to": after,
+        "head": migrate.head(),
+    }
+    if o.json_mode:
+        o.emit(payload)
+    elif before.revision == after and before.kind == "alembic":
+        o.line(f"{path}: already at {_describe(after, payload['head'])}; nothing to do.")
+    else:
+        how = "created" if payload["created"] else ("adopted and upgraded" if payload["adopted"] else "upgraded")
+        o.line(f"{path}: {how} {before.revision or '(new)'} -> {_describe(after, payload['head'])}")
+
+
+@app.command("downgrade")
+def downgrade_command(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="Target revision (e.g. 0022 = schema version 22).")],
+    yes: YesOption = False,
+    json_flag: JsonOption = False,
+) -> None:
+    """Downgrade the database to REVISION (columns and tables newer than it are dropped)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    before = migrate.current(path)
+    confirm(
+        f"Downgrade {path} from {before} to {revision}? Data in newer columns and tables is "
+        "dropped; take a backup first (hermes-store db backup DEST).",
+        yes=yes,
+        out=o,
+    )
+    after = migrate.downgrade(path, revision)
+    if o.json_mode:
+        o.emit({"path": str(path), "from": before, "to": after, "head": migrate.head()})
+    else:
+        o.line(f"{path}: downgraded {before} -> {after}")
+
+
+@app.command("current")
+def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """The database's revision (read-only)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    info = migrate.inspect_file(path)
+    head = migrate.head()
+    payload = {
+        "path": str(path),
+        "revision": info.revision,
+        "head": head,
+        "at_head": info.revision == head,
+        "schema_version": info.schema_version,
+        "managed_by": {"alembic": "hermes_store", "upstream": "upstream Hermes"}.get(info.kind),
+        "exists": info.kind != "missing",
+    }
+    if o.json_mode:
+        o.emit(payload)
+    else:
+        o.line(_describe(info.revision, head))
+        if info.kind == "upstream":
+            o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
+
+
+@app.command("history")
+def history_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Every revision, oldest first (revision 00NN = upstream schema version NN)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    current = migrate.inspect_file(path).revision if path.exists() else None
+    rows = [
+        {"revision": rev, "description": desc, "current": rev == current}
+        for rev, desc in migrate.history()
+    ]
+    if o.json_mode:
+        o.emit({"path": str(path), "current": current, "head": migrate.head(), "revisions": rows})
+        return
+    o.table(
+        [
+            {"header": ""},
+            {"header": "Rev"},
+            {"header": "Description", "flex": True, "overflow": "fold"},
+        ],
+        [["*" if r["current"] else "", r["revision"], r["description"]] for r in rows],
+    )
+
+
+@app.command("check")
+def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Is the database at head, with no drift from the expected schema? Exit 1 if not."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    from .common import require_file
+
+    require_file(path)
+    result = migrate.check(path)
+    payload = {
+        "path": str(path),
+        "revision": result.revision,
+        "head": result.head,
+        "at_head": result.at_head,
+        "drift": result.drift,
+        "ok": result.ok,
+    }
+    if o.json_mode:
+        o.emit(payload)
+    else:
+        if result.at_head:
+            o.line(f"revision {result.revision}: at head")
+        else:
+            o.line(f"revision {result.revision}: NOT at head ({result.head}); run `hermes-store db upgrade`")
+        if result.drift:
+            o.line(f"schema drift ({len(result.drift)} differences from hermes_store.schema):")
+            for item in result.drift:
+                o.line(f"  - {item}")
+        elif result.at_head:
+            o.line("schema: matches hermes_store.schema")
+    if not result.ok:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("backup")
+def backup_command(
+    ctx: typer.Context,
+    dest: Annotated[Path, typer.Argument(help="Where to write the copy (must not exist).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace DEST if it exists.")] = False,
+    json_flag: JsonOption = False,
+) -> None:
+    """A consistent copy of the live database, safe while Hermes keeps writing."""
+    from ..recovery import backup
+
+    o = out(ctx, json_flag)
+    result = backup(state(ctx).db, dest, overwrite=force)
+    if o.json_mode:
+        o.emit(result.as_dict())
+    else:
+        o.line(
+            f"Backed up {result.source} -> {result.dest} ({human_bytes(result.bytes)}, "
+            f"{result.sessions} sessions, {result.messages} messages, integrity {result.integrity})"
+        )
+

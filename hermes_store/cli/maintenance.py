@@ -1,0 +1,297 @@
+"""``hermes-store maintenance …`` (doctor, rebuild-fts, optimize, vacuum) and ``status``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import sqlalchemy as sa
+import typer
+
+from .. import migrate, schema
+from ..errors import RECOVER_HINT
+from .common import JsonOption, open_store, out, require_file, state
+from .output import EXIT_PROBLEMS, human_bytes, one_line
+
+app = typer.Typer(help="Health checks and upkeep: doctor, FTS rebuild/optimize, vacuum.", no_args_is_help=True)
+
+#: a WAL bigger than this means checkpoints are not keeping up
+WAL_WARN_BYTES = 64 * 1024 * 1024
+
+
+def _wal_bytes(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def _read_engine(path: Path):
+    from ..engine import create_engine
+
+    return create_engine(path, read_only=True, journal_mode=None, poolclass=sa.pool.NullPool)
+
+
+# --------------------------------------------------------------------------- status
+
+def store_status(path: Path) -> dict:
+    """What ``hermes-store status`` shows; read-only (a missing file is reported, not made)."""
+    from ..recovery import journal_mode
+
+    info = {
+        "path": str(path),
+        "exists": path.exists(),
+        "size_bytes": None,
+        "wal_bytes": None,
+        "revision": None,
+        "head": migrate.head(),
+        "at_head": False,
+        "schema_version": None,
+        "journal_mode": None,
+        "sessions": None,
+        "messages": None,
+    }
+    if not info["exists"]:
+        return info
+    state_ = migrate.inspect_file(path)
+    info.update(
+        size_bytes=path.stat().st_size,
+        wal_bytes=_wal_bytes(path),
+        revision=state_.revision,
+        at_head=state_.revision == info["head"],
+        schema_version=state_.schema_version,
+        journal_mode=journal_mode(path),
+    )
+    if state_.kind in ("alembic", "upstream"):
+        engine = _read_engine(path)
+        try:
+            with engine.connect() as conn:
+                for key, table in (("sessions", schema.sessions), ("messages", schema.messages)):
+                    info[key] = conn.execute(sa.select(sa.func.count()).select_from(sa.table(table.name))).scalar()
+        finally:
+            engine.dispose()
+    return info
+
+
+# --------------------------------------------------------------------------- doctor
+
+@dataclass
+class Finding:
+    check: str
+    status: str  # "ok", "warning" or "problem"
+    detail: str
+    fixable: bool = False
+
+
+def _counter_mismatches(conn) -> list[tuple[str, int | None, int]]:
+    """Sessions whose ``message_count`` matches none of the counts the repository can
+    leave there: all rows (rewind keeps them counted), active rows, or rows not archived
+    by compaction. Returns (id, stored, expected) with expected = not-archived rows."""
+    S, M = schema.sessions, schema.messages
+    archived = sa.and_(M.c.active == 0, M.c.compacted == 1)
+    counts = (
+        sa.select(
+            M.c.session_id,
+            sa.func.count().label("all_rows"),
+            sa.func.sum(sa.case((M.c.active == 1, 1), else_=0)).label("active_rows"),
+            sa.func.sum(sa.case((archived, 0), else_=1)).label("kept_rows"),
+        )
+        .group_by(M.c.session_id)
+        .subquery("counts")
+    )
+    all_rows = sa.func.coalesce(counts.c.all_rows, 0)
+    active_rows = sa.func.coalesce(counts.c.active_rows, 0)
+    kept_rows = sa.func.coalesce(counts.c.kept_rows, 0)
+    stored = sa.func.coalesce(S.c.message_count, -1)
+    stmt = (
+        sa.select(S.c.id, S.c.message_count, kept_rows)
+        .select_from(S.outerjoin(counts, counts.c.session_id == S.c.id))
+        .where(stored != all_rows, stored != active_rows, stored != kept_rows)
+        .order_by(S.c.id)
+    )
+    return [tuple(r) for r in conn.execute(stmt)]
+
+
+def _orphans(conn) -> dict[str, int]:
+    S, M, U = schema.sessions, schema.messages, schema.session_model_usage
+    parent = S.alias("parent")
+    queries = {
+        "messages without a session": sa.select(sa.func.count()).select_from(
+            M.outerjoin(S, S.c.id == M.c.session_id)).where(S.c.id.is_(None)),
+        "usage rows without a session": sa.select(sa.func.count()).select_from(
+            U.outerjoin(S, S.c.id == U.c.session_id)).where(S.c.id.is_(None)),
+        "sessions whose parent is missing": sa.select(sa.func.count()).select_from(
+            S.outerjoin(parent, parent.c.id == S.c.parent_session_id)).where(
+            S.c.parent_session_id.is_not(None), parent.c.id.is_(None)),
+    }
+    return {label: conn.execute(q).scalar() for label, q in queries.items()}
+
+
+def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
+    """Every check, read-only. The FTS check needs the schema at head."""
+    from ..recovery import file_health
+
+    findings: list[Finding] = []
+    health = file_health(path, quick=quick)
+    if health.integrity:
+        shown = "; ".join(health.integrity[:3])
+        findings.append(Finding("integrity", "problem", f"{shown} — {RECOVER_HINT}"))
+    else:
+        findings.append(Finding("integrity", "ok", "quick_check ok" if quick else "integrity_check ok"))
+
+    check = migrate.check(path)
+    if not check.at_head:
+        findings.append(Finding("schema", "problem", f"revision {check.revision}, head is {check.head}: run `hermes-store db upgrade`"))
+    elif check.drift:
+        first = one_line(check.drift[0], 160)
+        findings.append(Finding("schema", "problem", f"{len(check.drift)} difference(s) from hermes_store.schema (see `db check`): {first}"))
+    else:
+        findings.append(Finding("schema", "ok", f"at head ({check.head}), no drift"))
+
+    if health.foreign_keys:
+        detail = ", ".join(f"{t}: {n}" for t, n in sorted(health.foreign_keys.items()))
+        findings.append(Finding("foreign_keys", "problem", f"dangling references ({detail})"))
+    else:
+        findings.append(Finding("foreign_keys", "ok", "foreign_key_check ok"))
+
+    if check.at_head and not health.integrity:
+        engine = _read_engine(path)
+        try:
+            with engine.connect() as conn:
+                orphans = {k: v for k, v in _orphans(conn).items() if v}
+                mismatched = _counter_mismatches(conn)
+        finally:
+            engine.dispose()
+        findings.append(
+            Finding("orphans", "problem", ", ".join(f"{n} {k}" for k, n in orphans.items()))
+            if orphans else Finding("orphans", "ok", "no orphan rows")
+        )
+        if mismatched:
+            sample = ", ".join(f"{sid} ({stored} vs {real})" for sid, stored, real in mismatched[:3])
+            findings.append(Finding("counters", "problem", f"{len(mismatched)} session(s) with a wrong message_count: {sample}", fixable=True))
+        else:
+            findings.append(Finding("counters", "ok", "message counts match the rows"))
+        with open_store(path) as db:
+            fts_problems = db.fts_integrity_check()
+        if fts_problems:
+            findings.append(Finding("fts", "problem", "; ".join(fts_problems[:3]), fixable=True))
+        else:
+            findings.append(Finding("fts", "ok", "full-text indexes consistent with messages"))
+
+    wal = _wal_bytes(path)
+    if wal > WAL_WARN_BYTES:
+        findings.append(Finding("wal", "warning", f"WAL is {human_bytes(wal)}: a long-open reader keeps checkpoints from finishing; restart idle readers or run `maintenance vacuum` when idle"))
+    else:
+        findings.append(Finding("wal", "ok", f"WAL {human_bytes(wal)}"))
+    if (health.journal_mode or "").lower() != "wal":
+        findings.append(Finding("journal_mode", "warning", f"journal_mode={health.journal_mode} (WAL expected; DELETE is the fallback on network filesystems)"))
+    return findings
+
+
+def _fix(path: Path, findings: list[Finding]) -> list[str]:
+    from ..engine import create_engine, writer
+
+    fixed = []
+    names = {f.check for f in findings if f.status == "problem" and f.fixable}
+    if "counters" in names:
+        engine = create_engine(path)
+        try:
+            with writer(engine).begin() as conn:
+                rows = _counter_mismatches(conn)
+                for sid, _stored, expected in rows:
+                    conn.execute(sa.update(schema.sessions).where(schema.sessions.c.id == sid).values(message_count=expected))
+        finally:
+            engine.dispose()
+        fixed.append(f"counters: {len(rows)} session(s) recounted")
+    if "fts" in names:
+        with open_store(path, write=True) as db:
+            fixed.append(f"fts: {db.rebuild_fts()} index(es) rebuilt from messages")
+    return fixed
+
+
+@app.command("doctor")
+def doctor_command(
+    ctx: typer.Context,
+    fix: Annotated[bool, typer.Option("--fix", help="Repair what is safe to repair: counters, FTS rebuild.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="quick_check instead of the full integrity_check.")] = False,
+    json_flag: JsonOption = False,
+) -> None:
+    """Check the database; exit 1 when a problem is found (after --fix: one remains)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    require_file(path)
+    findings = run_doctor(path, quick=quick)
+    fixed: list[str] = []
+    if fix and any(f.status == "problem" and f.fixable for f in findings):
+        fixed = _fix(path, findings)
+        findings = run_doctor(path, quick=quick)
+    problems = [f for f in findings if f.status == "problem"]
+    if o.json_mode:
+        o.emit({"path": str(path), "ok": not problems, "fixed": fixed, "checks": [asdict(f) for f in findings]})
+    else:
+        marks = {"ok": "[green]ok[/]", "warning": "[yellow]warn[/]", "problem": "[bold red]FAIL[/]"}
+        from rich.markup import escape
+        from rich.table import Table
+        from rich import box
+
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("Check", no_wrap=True)
+        table.add_column("", no_wrap=True)
+        table.add_column("Detail", overflow="fold")
+        for f in findings:
+            table.add_row(f.check, marks[f.status], escape(f.detail))
+        o.print(table)
+        for line in fixed:
+            o.line(f"fixed {line}")
+        if problems:
+            hint = " (--fix repairs counters and FTS)" if any(f.fixable for f in problems) and not fix else ""
+            o.line(f"{len(problems)} problem(s) found{hint}.")
+        else:
+            o.line("No problems found.")
+    if problems:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+# --------------------------------------------------------------------------- upkeep
+
+@app.command("rebuild-fts")
+def rebuild_fts_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Rebuild the full-text indexes from the messages table (one write transaction)."""
+    o = out(ctx, json_flag)
+    started = time.monotonic()
+    with open_store(state(ctx).db, write=True) as db:
+        with o.progress("Rebuilding full-text indexes", None):
+            count = db.rebuild_fts()
+    seconds = round(time.monotonic() - started, 3)
+    if o.json_mode:
+        o.emit({"rebuilt": count, "seconds": seconds})
+    else:
+        o.line(f"Rebuilt {count} full-text index(es) in {seconds:.1f} s.")
+
+
+@app.command("optimize")
+def optimize_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Merge FTS segments in bounded steps (short transactions, writers keep going)."""
+    o = out(ctx, json_flag)
+    with open_store(state(ctx).db, write=True) as db:
+        count = db.optimize_fts()
+    if o.json_mode:
+        o.emit({"optimized": count})
+    else:
+        o.line(f"Optimized {count} full-text index(es).")
+
+
+@app.command("vacuum")
+def vacuum_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Optimize the indexes and rewrite the file compactly (run when Hermes is idle)."""
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    require_file(path)
+    before = path.stat().st_size + _wal_bytes(path)
+    with open_store(path, write=True) as db:
+        optimized = db.vacuum()
+    after = path.stat().st_size + _wal_bytes(path)
+    if o.json_mode:
+        o.emit({"optimized": optimized, "before_bytes": before, "after_bytes": after})
+    else:
+        o.line(f"Vacuumed: {human_bytes(before)} -> {human_bytes(after)} ({optimized} index(es) optimized).")

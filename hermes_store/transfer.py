@@ -1,0 +1,858 @@
+"""Streaming export and batched, idempotent import of sessions and their messages.
+
+Export never holds more than one page of rows: sessions are read with keyset paging on
+``(started_at, id)`` and each session's messages with keyset paging on ``id``, all inside
+one read transaction so the export is a consistent snapshot even while writers run.
+Columns are reflected from the file, so a store that has not been upgraded exports
+faithfully too (nothing is written to it).
+
+The native format (``hermes_store_export`` = 1) carries column values exactly as stored
+(message content keeps its ``"\\x00json:"`` sentinel, ``tool_calls`` stays JSON text,
+BLOBs become ``{"$base64": ...}``), so export -> import reproduces rows exactly.
+
+JSONL, one record per line::
+
+    {"hermes_store_export": 1, "schema_version": 30, "exported_at": "..."}
+    {"session": {...every column...}, "system_prompt": {...} | null, "model_usage": [...]}
+    {"message": {...every column...}}            # the session's messages, by id
+    ...
+    {"end": {"sessions": N, "messages": M}}      # a missing trailer = a truncated file
+
+JSON: the header keys plus ``"sessions": [{"session": ..., "system_prompt": ...,
+"model_usage": [...], "messages": [...]}, ...]`` and ``"end"``.
+
+Import also reads upstream Hermes exports: one ``export_session()`` dict, a list of them
+(``export_all()``), or JSONL with one such dict per line. Those carry decoded message
+content and tool calls, which are re-encoded the way the store writes them.
+
+Import validates the whole file first (nothing is written when any record is bad), then
+inserts in batches of whole sessions. A session whose id already exists is skipped with
+its messages, so re-importing the same file adds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import io
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from . import schema
+from .engine import create_engine, translate_error, writer
+from .errors import HermesStoreError, SessionNotFoundError
+
+FORMAT_KEY = "hermes_store_export"
+FORMAT_VERSION = 1
+CONTENT_JSON_PREFIX = "\x00json:"
+
+#: rows fetched per keyset page on export
+EXPORT_PAGE = 500
+#: messages per transaction on import (a session is never split across transactions)
+IMPORT_BATCH = 2000
+#: rows per executemany on import
+_INSERT_CHUNK = 500
+
+
+class ImportFileError(HermesStoreError, ValueError):
+    """The import file is unreadable or malformed; nothing was imported."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _to_json_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return value
+
+
+def _from_json_value(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"$base64"}:
+        return base64.b64decode(value["$base64"])
+    return value
+
+
+def _row_dict(row: sa.Row) -> dict:
+    return {k: _to_json_value(v) for k, v in row._mapping.items()}
+
+
+def _dumps(record: Any) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _write_line(out: IO[str], text: str, fallback: Any) -> None:
+    try:
+        out.write(text)
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be written as UTF-8; the escaped form round-trips.
+        out.write(json.dumps(fallback, ensure_ascii=True, separators=(",", ":")))
+
+
+class _Opened:
+    """An Engine for whatever the caller handed us, disposed only if we created it."""
+
+    def __init__(self, target: Any, *, read_only: bool) -> None:
+        self.owned = False
+        if isinstance(target, Engine):
+            self.engine = target
+        elif isinstance(getattr(target, "engine", None), Engine):
+            self.engine = target.engine
+        elif isinstance(target, (str, os.PathLike)):
+            path = Path(target).expanduser()
+            if not path.exists():
+                raise HermesStoreError(f"{path} does not exist: nothing to read")
+            self.engine = create_engine(path, read_only=read_only, journal_mode=None)
+            self.owned = True
+        else:
+            raise TypeError(f"expected an Engine, a SessionDB or a path, got {type(target).__name__}")
+
+    def close(self) -> None:
+        if self.owned:
+            self.engine.dispose()
+
+
+# --------------------------------------------------------------------------- export
+
+@dataclass
+class ExportCounts:
+    sessions: int = 0
+    messages: int = 0
+
+
+def _reflect(conn: Connection) -> dict[str, sa.TableClause]:
+    """Lightweight tables with the file's own columns (no index reflection: upstream's
+    expression indexes are irrelevant here and only produce warnings)."""
+    inspector = sa.inspect(conn)
+    names = set(inspector.get_table_names())
+    tables = {}
+    for name in ("sessions", "messages", "system_prompts", "session_model_usage"):
+        if name in names:
+            columns = [sa.column(c["name"]) for c in inspector.get_columns(name)]
+            tables[name] = sa.table(name, *columns)
+            if name == "session_model_usage":
+                pk = inspector.get_pk_constraint(name).get("constrained_columns") or []
+                tables["session_model_usage.pk"] = pk  # type: ignore[assignment]
+    return tables
+
+
+def stored_schema_version(conn: Connection) -> int | None:
+    """``schema_version.version`` of the file, or None when it has no version table."""
+    if not sa.inspect(conn).has_table("schema_version"):
+        return None
+    return conn.execute(sa.select(sa.func.max(sa.column("version"))).select_from(sa.table("schema_version"))).scalar()
+
+
+def iter_export(
+    engine_or_db: Any,
+    session_id: str | None = None,
+    source: str | None = None,
+    *,
+    page_size: int = EXPORT_PAGE,
+    counts: ExportCounts | None = None,
+    header: dict | None = None,
+) -> Iterator[dict]:
+    """Yield export records one at a time: ``{"session": ..., "system_prompt": ...,
+    "model_usage": [...]}`` followed by that session's ``{"message": ...}`` records.
+
+    Sessions come oldest first (``started_at``, then id), so parents usually precede
+    their children; messages in id order. ``session_id`` exports one session (exact id;
+    unknown -> ``SessionNotFoundError``), ``source`` only sessions of that source.
+    ``header``, if given, is filled with ``schema_version`` before the first record.
+    """
+    opened = _Opened(engine_or_db, read_only=True)
+    counts = counts if counts is not None else ExportCounts()
+    try:
+        # One read transaction: a consistent snapshot, and WAL lets writers go on.
+        with opened.engine.connect() as conn, conn.begin():
+            tables = _reflect(conn)
+            if header is not None:
+                header["schema_version"] = stored_schema_version(conn)
+            if "sessions" not in tables:
+                if session_id is not None:
+                    raise SessionNotFoundError(session_id)
+                return
+            sessions = tables["sessions"]
+            if session_id is not None:
+                found = conn.execute(sa.select(sessions.c.id).where(sessions.c.id == session_id)).first()
+                if found is None:
+                    raise SessionNotFoundError(session_id)
+            order = (sessions.c.started_at, sessions.c.id)
+            after: tuple | None = None
+            while True:
+                query = sa.select(sessions).order_by(*order).limit(page_size)
+                if session_id is not None:
+                    query = query.where(sessions.c.id == session_id)
+                if source is not None:
+                    query = query.where(sessions.c.source == source)
+                if after is not None:
+                    query = query.where(sa.tuple_(*order) > sa.tuple_(*after))
+                page = conn.execute(query).all()
+                if not page:
+                    break
+                for row in page:
+                    yield _session_record(conn, tables, row)
+                    counts.sessions += 1
+                    for message in _iter_messages(conn, tables.get("messages"), row.id, page_size):
+                        counts.messages += 1
+                        yield {"message": message}
+                last = page[-1]
+                after = (last.started_at, last.id)
+    finally:
+        opened.close()
+
+
+def _session_record(conn: Connection, tables: dict[str, sa.TableClause], row: sa.Row) -> dict:
+    record: dict[str, Any] = {"session": _row_dict(row), "system_prompt": None, "model_usage": []}
+    prompts = tables.get("system_prompts")
+    prompt_hash = row._mapping.get("system_prompt_hash")
+    if prompts is not None and prompt_hash:
+        prompt = conn.execute(sa.select(prompts).where(prompts.c.hash == prompt_hash)).first()
+        record["system_prompt"] = _row_dict(prompt) if prompt is not None else None
+    usage = tables.get("session_model_usage")
+    if usage is not None:
+        rows = conn.execute(
+            sa.select(usage)
+            .where(usage.c.session_id == row.id)
+            .order_by(*(usage.c[name] for name in tables["session_model_usage.pk"]))
+        )
+        record["model_usage"] = [_row_dict(r) for r in rows]
+    return record
+
+
+def _iter_messages(conn: Connection, messages: sa.TableClause | None, sid: str, page_size: int) -> Iterator[dict]:
+    if messages is None:
+        return
+    last_id = None
+    while True:
+        query = sa.select(messages).where(messages.c.session_id == sid).order_by(messages.c.id).limit(page_size)
+        if last_id is not None:
+            query = query.where(messages.c.id > last_id)
+        page = conn.execute(query).all()
+        if not page:
+            return
+        for row in page:
+            yield _row_dict(row)
+        last_id = page[-1].id
+
+
+def export_header(schema_version: int | None) -> dict:
+    return {
+        FORMAT_KEY: FORMAT_VERSION,
+        "schema_version": schema_version,
+        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_export(
+    engine_or_db: Any,
+    out: IO[str],
+    fmt: str = "jsonl",
+    *,
+    session_id: str | None = None,
+    source: str | None = None,
+    on_record: Callable[[ExportCounts], None] | None = None,
+) -> ExportCounts:
+    """Stream an export to a text stream in ``jsonl``, ``json`` or ``md``; returns counts."""
+    if fmt not in ("jsonl", "json", "md"):
+        raise ValueError(f"unknown export format {fmt!r}: use json, jsonl or md")
+    counts = ExportCounts()
+    meta: dict = {}
+    records = iter_export(engine_or_db, session_id, source, counts=counts, header=meta)
+    writers = {"jsonl": _write_jsonl, "json": _write_json, "md": _write_markdown}
+    writers[fmt](records, out, meta, counts, on_record or (lambda c: None))
+    return counts
+
+
+def _first(records: Iterator[dict]) -> dict | None:
+    # The header needs schema_version, which the generator learns on its first step.
+    return next(records, None)
+
+
+def _write_jsonl(records, out, meta, counts, tick) -> None:
+    first = _first(records)
+    out.write(_dumps(export_header(meta.get("schema_version"))) + "\n")
+    if first is not None:
+        for record in _chain(first, records):
+            _write_line(out, _dumps(record), record)
+            out.write("\n")
+            tick(counts)
+    out.write(_dumps({"end": asdict(counts)}) + "\n")
+
+
+def _write_json(records, out, meta, counts, tick) -> None:
+    first = _first(records)
+    head = export_header(meta.get("schema_version"))
+    out.write("{\n" + ",\n".join(f"{json.dumps(k)}: {_dumps(v)}" for k, v in head.items()))
+    out.write(',\n"sessions": [')
+    open_session = False
+    if first is not None:
+        for record in _chain(first, records):
+            if "session" in record:
+                if open_session:
+                    out.write("]},")
+                body = _dumps(record)
+                out.write("\n" + body[:-1] + ',"messages":[')
+                open_session = True
+                first_message = True
+            else:
+                out.write("\n" if first_message else ",\n")
+                _write_line(out, _dumps(record["message"]), record["message"])
+                first_message = False
+            tick(counts)
+    if open_session:
+        out.write("]}")
+    out.write("\n],\n" + f'"end": {_dumps(asdict(counts))}' + "\n}\n")
+
+
+def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
+    yield first
+    yield from rest
+
+
+def decode_content(value: Any) -> Any:
+    """Stored message content -> what the repository returns (list/dict for JSON content)."""
+    if isinstance(value, str) and value.startswith(CONTENT_JSON_PREFIX):
+        try:
+            return json.loads(value[len(CONTENT_JSON_PREFIX):])
+        except ValueError:
+            return value
+    return value
+
+
+def _fmt_time(ts: Any) -> str:
+    if not isinstance(ts, (int, float)):
+        return "-"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _markdown_content(content: Any) -> str:
+    content = decode_content(content)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type"):
+                parts.append(f"_[{part['type']}]_")
+            else:
+                parts.append(json.dumps(part, ensure_ascii=False))
+        return "\n\n".join(parts)
+    return "```json\n" + json.dumps(content, ensure_ascii=False, indent=2) + "\n```"
+
+
+def _write_markdown(records, out, meta, counts, tick) -> None:
+    for record in records:
+        if "session" in record:
+            s = record["session"]
+            if counts.sessions > 1:
+                out.write("\n---\n\n")
+            out.write(f"# {s.get('title') or s['id']}\n\n")
+            for label, value in (
+                ("id", s["id"]),
+                ("source", s.get("source")),
+                ("model", s.get("model")),
+                ("started", _fmt_time(s.get("started_at"))),
+                ("ended", _fmt_time(s.get("ended_at")) if s.get("ended_at") else None),
+                ("parent", s.get("parent_session_id")),
+            ):
+                if value:
+                    out.write(f"- **{label}**: {value}\n")
+            out.write("\n")
+        else:
+            m = record["message"]
+            if m.get("active", 1) == 0:
+                continue  # rewound rows are not part of the transcript
+            heading = m.get("role") or "?"
+            if m.get("tool_name"):
+                heading += f" ({m['tool_name']})"
+            out.write(f"## {heading} · {_fmt_time(m.get('timestamp'))}\n\n")
+            text = _markdown_content(m.get("content"))
+            if text:
+                _write_line(out, text + "\n\n", text)
+            if m.get("tool_calls"):
+                calls = m["tool_calls"]
+                try:
+                    calls = json.dumps(json.loads(calls), ensure_ascii=False, indent=2)
+                except (TypeError, ValueError):
+                    pass
+                out.write(f"```json\n{calls}\n```\n\n")
+        tick(counts)
+
+
+# --------------------------------------------------------------------------- import
+
+@dataclass
+class ImportReport:
+    """What an import did. ``detached``: parent links dropped because the parent is in
+    neither the store nor the file; ``renumbered``: messages whose id was taken."""
+
+    format: str = ""
+    sessions_added: int = 0
+    sessions_skipped: int = 0
+    messages_added: int = 0
+    messages_skipped: int = 0
+    detached: int = 0
+    renumbered: int = 0
+    ignored_fields: list[str] = field(default_factory=list)
+    added_ids: list[str] = field(default_factory=list)
+    skipped_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Session:
+    line: int
+    row: dict
+    system_prompt: dict | None
+    model_usage: list
+    native: bool
+
+
+@dataclass
+class _Message:
+    line: int
+    row: dict
+
+
+def _open_text(path: Path) -> IO[str]:
+    try:
+        return open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ImportFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _detect(path: Path) -> str:
+    """``jsonl`` when the first non-blank line is a whole JSON object, else ``json``."""
+    with _open_text(path) as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    return "jsonl" if isinstance(json.loads(line), dict) else "json"
+                except ValueError:
+                    return "json"
+    raise ImportFileError(f"{path} is empty: nothing to import")
+
+
+def _events(path: Path, fmt: str) -> Iterator[_Session | _Message]:
+    """Normalized records of a file, with line numbers for error messages."""
+    if fmt == "jsonl":
+        yield from _jsonl_events(path)
+    else:
+        yield from _json_events(path)
+
+
+def _jsonl_events(path: Path) -> Iterator[_Session | _Message]:
+    native = None
+    counts = ExportCounts()
+    ended = False
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ImportFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ImportFileError(f"{path}:{lineno}: expected a JSON object per line")
+            if ended:
+                raise ImportFileError(f"{path}:{lineno}: data after the end record")
+            if native is None:
+                native = FORMAT_KEY in record
+                if native:
+                    _check_header(record, path)
+                    continue
+            if native:
+                if "session" in record:
+                    counts.sessions += 1
+                    yield _native_session(record, lineno)
+                elif "message" in record:
+                    counts.messages += 1
+                    yield _Message(lineno, _decode_row(_expect_dict(record["message"], lineno, "message")))
+                elif "end" in record:
+                    if record["end"] != asdict(counts):
+                        raise ImportFileError(
+                            f"{path}:{lineno}: the end record says {record['end']} but the file "
+                            f"holds {asdict(counts)}; the file is damaged"
+                        )
+                    ended = True
+                else:
+                    raise ImportFileError(f"{path}:{lineno}: unknown record (keys {sorted(record)})")
+            else:
+                yield from _upstream_session(record, lineno)
+    if native and not ended:
+        raise ImportFileError(
+            f"{path}: the end record is missing, so the file is truncated; export it again"
+        )
+
+
+def _json_events(path: Path) -> Iterator[_Session | _Message]:
+    # A JSON document is parsed whole; JSONL is the streaming format for big stores.
+    with _open_text(path) as fh:
+        try:
+            doc = json.load(fh)
+        except ValueError as exc:
+            raise ImportFileError(f"{path}: not valid JSON or JSONL ({exc})") from None
+    if isinstance(doc, dict) and FORMAT_KEY in doc:
+        _check_header(doc, path)
+        entries = doc.get("sessions")
+        if not isinstance(entries, list):
+            raise ImportFileError(f"{path}: 'sessions' must be a list")
+        for index, entry in enumerate(entries):
+            entry = _expect_dict(entry, index, "session entry")
+            messages = entry.get("messages", [])
+            if not isinstance(messages, list):
+                raise ImportFileError(f"{path}: sessions[{index}].messages must be a list")
+            yield _native_session(entry, index)
+            for message in messages:
+                yield _Message(index, _decode_row(_expect_dict(message, index, "message")))
+    elif isinstance(doc, dict):
+        yield from _upstream_session(doc, 1)
+    elif isinstance(doc, list):
+        for index, entry in enumerate(doc):
+            yield from _upstream_session(entry, index)
+    else:
+        raise ImportFileError(f"{path}: expected a JSON object or a list of sessions")
+
+
+def _check_header(record: dict, path: Path) -> None:
+    if record.get(FORMAT_KEY) != FORMAT_VERSION:
+        raise ImportFileError(
+            f"{path}: export format version {record.get(FORMAT_KEY)!r} is not supported "
+            f"(this version reads {FORMAT_VERSION}); upgrade hermes_store"
+        )
+
+
+def _expect_dict(value: Any, where: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise ImportFileError(f"record {where}: {what} must be a JSON object")
+    return value
+
+
+def _decode_row(row: dict) -> dict:
+    return {k: _from_json_value(v) for k, v in row.items()}
+
+
+def _native_session(record: dict, where: int) -> _Session:
+    row = _decode_row(_expect_dict(record["session"], where, "session"))
+    prompt = record.get("system_prompt")
+    usage = record.get("model_usage") or []
+    if not isinstance(usage, list):
+        raise ImportFileError(f"record {where}: model_usage must be a list")
+    return _Session(
+        where,
+        row,
+        _decode_row(_expect_dict(prompt, where, "system_prompt")) if prompt is not None else None,
+        [_decode_row(_expect_dict(u, where, "model_usage row")) for u in usage],
+        native=True,
+    )
+
+
+def _encode_json_field(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bytes)):
+        return value
+    return json.dumps(value)
+
+
+def _upstream_session(raw: Any, where: int) -> Iterator[_Session | _Message]:
+    """An ``export_session()``-shaped dict: session columns plus decoded ``messages``."""
+    raw = _expect_dict(raw, where, "session")
+    messages = raw.get("messages") or []
+    if not isinstance(messages, list):
+        raise ImportFileError(f"record {where}: messages must be a list")
+    row = {k: v for k, v in raw.items() if k != "messages"}
+    if isinstance(row.get("model_config"), dict):
+        row["model_config"] = json.dumps(row["model_config"]) if row["model_config"] else None
+    row.setdefault("source", "import")
+    yield _Session(where, row, None, [], native=False)
+    for message in messages:
+        m = dict(_expect_dict(message, where, "message"))
+        content = m.get("content")
+        if isinstance(content, (list, dict)):
+            m["content"] = CONTENT_JSON_PREFIX + json.dumps(content)
+        for key in ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items"):
+            if key in m:
+                m[key] = _encode_json_field(m[key]) or None
+        yield _Message(where, m)
+
+
+def _validate(events: Iterable[_Session | _Message], path: Path) -> tuple[int, int]:
+    """Check every record before anything is written; returns (sessions, messages)."""
+    seen: set[str] = set()
+    current: str | None = None
+    n_messages = 0
+    for event in events:
+        where = f"{path}:{event.line}"
+        if isinstance(event, _Session):
+            sid = event.row.get("id")
+            if not isinstance(sid, str) or not sid.strip():
+                raise ImportFileError(f"{where}: a session needs a non-empty string 'id'")
+            if sid in seen:
+                raise ImportFileError(f"{where}: session {sid!r} appears twice")
+            seen.add(sid)
+            if not isinstance(event.row.get("source"), str):
+                raise ImportFileError(f"{where}: session {sid!r} needs a string 'source'")
+            started = event.row.get("started_at")
+            if started is not None and not isinstance(started, (int, float)):
+                raise ImportFileError(f"{where}: session {sid!r}: started_at must be a number")
+            parent = event.row.get("parent_session_id")
+            if parent is not None and not isinstance(parent, str):
+                raise ImportFileError(f"{where}: session {sid!r}: parent_session_id must be a string")
+            current = sid
+        else:
+            if current is None:
+                raise ImportFileError(f"{where}: a message comes before any session")
+            m = event.row
+            if m.get("session_id", current) != current:
+                raise ImportFileError(
+                    f"{where}: message belongs to {m.get('session_id')!r} but follows session {current!r}"
+                )
+            if not isinstance(m.get("role"), str) or not m["role"]:
+                raise ImportFileError(f"{where}: message role must be a non-empty string")
+            ts = m.get("timestamp")
+            if ts is not None and not isinstance(ts, (int, float)):
+                raise ImportFileError(f"{where}: message timestamp must be a number")
+            mid = m.get("id")
+            if mid is not None and (not isinstance(mid, int) or isinstance(mid, bool)):
+                raise ImportFileError(f"{where}: message id must be an integer")
+            n_messages += 1
+    return len(seen), n_messages
+
+
+def import_file(
+    db: Any,
+    path: str | os.PathLike,
+    *,
+    batch_size: int = IMPORT_BATCH,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Import an export file into a store at head (Engine, SessionDB or path).
+
+    Validates the whole file first; then inserts whole sessions in transactions of about
+    ``batch_size`` messages. ``progress(done_messages, total_messages)`` is called as it
+    goes. Returns an ``ImportReport``.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ImportFileError(f"{path} does not exist or is not a file")
+    fmt = _detect(path)
+    _, total_messages = _validate(_events(path, fmt), path)
+
+    report = ImportReport(format=fmt)
+    opened = _Opened(db, read_only=False)
+    try:
+        _Importer(opened.engine, report, batch_size, progress, total_messages).run(_events(path, fmt))
+    finally:
+        opened.close()
+    return report
+
+
+_HEAD_SESSION_COLUMNS = {c.name for c in schema.sessions.columns}
+_HEAD_MESSAGE_COLUMNS = {c.name for c in schema.messages.columns}
+_HEAD_USAGE_COLUMNS = {c.name for c in schema.session_model_usage.columns}
+#: keys upstream's listing adds to a session dict; not columns, not worth reporting
+_DERIVED_SESSION_KEYS = {"last_active", "preview", "_lineage_root_id", "messages"}
+
+
+class _Importer:
+    def __init__(self, engine: Engine, report: ImportReport, batch_size: int, progress, total: int):
+        self.engine = writer(engine)
+        self.label = engine.url.database
+        self.report = report
+        self.batch_size = max(1, batch_size)
+        self.progress = progress or (lambda done, total: None)
+        self.total = total
+        self.done = 0
+        self.ignored: set[str] = set()
+        self.pending_parents: dict[str, str] = {}
+
+    def run(self, events: Iterator[_Session | _Message]) -> None:
+        try:
+            self._run(events)
+        except sa.exc.DBAPIError as exc:
+            mapped = translate_error(exc, self.label)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        self.report.ignored_fields = sorted(self.ignored)
+
+    def _run(self, events: Iterator[_Session | _Message]) -> None:
+        conn: Connection | None = None
+        tx = None
+        in_batch = 0
+        skipping = False
+        recount = False
+        buffer: list[dict] = []
+        current: str | None = None
+        try:
+            for event in events:
+                if isinstance(event, _Session):
+                    if conn is not None:
+                        self._flush(conn, buffer, current, recount)
+                        if in_batch >= self.batch_size:
+                            tx.commit()
+                            conn.close()
+                            conn = None
+                            in_batch = 0
+                    if conn is None:
+                        conn = self.engine.connect()
+                        tx = conn.begin()
+                    current = event.row["id"]
+                    skipping = not self._insert_session(conn, event)
+                    recount = not event.native
+                    continue
+                if skipping:
+                    self.report.messages_skipped += 1
+                else:
+                    buffer.append(event.row)
+                    in_batch += 1
+                    if len(buffer) >= _INSERT_CHUNK:
+                        self._flush(conn, buffer, None, False)
+                self.done += 1
+                if self.done % _INSERT_CHUNK == 0:
+                    self.progress(self.done, self.total)
+            if conn is not None:
+                self._flush(conn, buffer, current, recount)
+                self._link_parents(conn)
+                tx.commit()
+        finally:
+            if conn is not None:
+                conn.close()
+        self.progress(self.done, self.total)
+
+    # -- sessions
+
+    def _insert_session(self, conn: Connection, event: _Session) -> bool:
+        row = event.row
+        sid = row["id"]
+        exists = conn.execute(sa.select(schema.sessions.c.id).where(schema.sessions.c.id == sid)).first()
+        if exists is not None:
+            self.report.sessions_skipped += 1
+            self.report.skipped_ids.append(sid)
+            return False
+        values = {}
+        for key, value in row.items():
+            if key in _HEAD_SESSION_COLUMNS:
+                values[key] = value
+            elif key not in _DERIVED_SESSION_KEYS:
+                self.ignored.add(f"sessions.{key}")
+        if values.get("started_at") is None:
+            values["started_at"] = _dt.datetime.now().timestamp()
+        self._ensure_prompt(conn, values, event.system_prompt)
+        parent = values.get("parent_session_id")
+        if parent is not None and not self._session_exists(conn, parent):
+            # Restored at the end if the parent turns up later in the file.
+            self.pending_parents[sid] = parent
+            values["parent_session_id"] = None
+        conn.execute(sa.insert(schema.sessions), values)
+        for usage in event.model_usage:
+            conn.execute(
+                sa.insert(schema.session_model_usage),
+                {k: v for k, v in {**usage, "session_id": sid}.items() if k in _HEAD_USAGE_COLUMNS},
+            )
+        self.report.sessions_added += 1
+        self.report.added_ids.append(sid)
+        return True
+
+    def _session_exists(self, conn: Connection, sid: str) -> bool:
+        return conn.execute(sa.select(schema.sessions.c.id).where(schema.sessions.c.id == sid)).first() is not None
+
+    def _ensure_prompt(self, conn: Connection, values: dict, prompt: dict | None) -> None:
+        prompt_hash = values.get("system_prompt_hash")
+        if not prompt_hash:
+            return
+        table = schema.system_prompts
+        if conn.execute(sa.select(table.c.hash).where(table.c.hash == prompt_hash)).first() is not None:
+            return
+        if prompt and prompt.get("hash") == prompt_hash and isinstance(prompt.get("prompt"), str):
+            conn.execute(sa.insert(table), {"hash": prompt_hash, "prompt": prompt["prompt"]})
+        else:
+            values["system_prompt_hash"] = None  # the prompt text itself is not in the file
+
+    def _link_parents(self, conn: Connection) -> None:
+        sessions = schema.sessions
+        for child, parent in self.pending_parents.items():
+            if self._session_exists(conn, parent) and not self._would_cycle(conn, child, parent):
+                conn.execute(sa.update(sessions).where(sessions.c.id == child).values(parent_session_id=parent))
+            else:
+                self.report.detached += 1
+
+    def _would_cycle(self, conn: Connection, child: str, parent: str) -> bool:
+        sessions = schema.sessions
+        seen = set()
+        node: str | None = parent
+        while node is not None and node not in seen:
+            if node == child:
+                return True
+            seen.add(node)
+            node = conn.execute(sa.select(sessions.c.parent_session_id).where(sessions.c.id == node)).scalar()
+        return node is not None
+
+    # -- messages
+
+    def _flush(self, conn: Connection, buffer: list[dict], finished: str | None, recount: bool) -> None:
+        if buffer:
+            messages = schema.messages
+            rows = []
+            for m in buffer:
+                values = {}
+                for key, value in m.items():
+                    if key in _HEAD_MESSAGE_COLUMNS:
+                        values[key] = value
+                    else:
+                        self.ignored.add(f"messages.{key}")
+                rows.append(values)
+            session_id = self.report.added_ids[-1]  # messages follow their session
+            wanted = [r["id"] for r in rows if r.get("id") is not None]
+            taken = set()
+            if wanted:
+                taken = set(conn.execute(sa.select(messages.c.id).where(messages.c.id.in_(wanted))).scalars())
+            keep, renumber = [], []
+            for r in rows:
+                r["session_id"] = session_id
+                if r.get("timestamp") is None:
+                    r["timestamp"] = _dt.datetime.now().timestamp()
+                if r.get("id") is None or r["id"] in taken:
+                    r.pop("id", None)
+                    renumber.append(r)
+                else:
+                    taken.add(r["id"])
+                    keep.append(r)
+            self.report.renumbered += len(renumber)
+            # Kept ids first: renumbered rows then get ids above them, keeping their order.
+            for group in _runs(keep) + _runs(renumber):
+                conn.execute(sa.insert(messages), group)
+            self.report.messages_added += len(rows)
+            buffer.clear()
+        if finished is not None and recount:
+            self._recount(conn, finished)
+
+    def _recount(self, conn: Connection, sid: str) -> None:
+        """Upstream exports carry only active messages; count what was inserted."""
+        messages, sessions = schema.messages, schema.sessions
+        count = conn.execute(sa.select(sa.func.count()).where(messages.c.session_id == sid)).scalar()
+        conn.execute(sa.update(sessions).where(sessions.c.id == sid).values(message_count=count))
+
+
+def _runs(rows: list[dict]) -> list[list[dict]]:
+    """Consecutive rows with the same keys (one executemany each, order kept). Missing
+    keys are not filled with NULL: that would defeat the columns' server defaults."""
+    runs: list[list[dict]] = []
+    for r in rows:
+        if runs and runs[-1][0].keys() == r.keys():
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
