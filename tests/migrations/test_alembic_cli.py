@@ -1,0 +1,68 @@
+"""The real `alembic` command line, run from the repository root (alembic.ini there)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from mig_helpers import file_digest, fts_integrity_errors, fts_tables, connect_ro, run_alembic
+
+from hermes_store import migrate
+
+
+def test_upgrade_head_on_an_empty_file_then_current_reports_head(tmp_path):
+    db = tmp_path / "state.db"
+    db.touch()  # an existing, empty file is a fresh database
+
+    up = run_alembic("upgrade", "head", db=db, home=tmp_path)
+    assert up.returncode == 0, up.stderr
+
+    cur = run_alembic("current", db=db, home=tmp_path)
+    assert cur.returncode == 0, cur.stderr
+    assert cur.stdout.split()[:2] == [migrate.head(), "(head)"], cur.stdout
+    with connect_ro(db) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(int(migrate.head()),)]
+        assert set(fts_tables(conn)) >= {"messages_fts", "messages_fts_trigram"}
+    assert fts_integrity_errors(db) == []
+
+
+def test_head_is_schema_version_30():
+    assert migrate.head() == "0030"
+
+
+def test_without_x_db_the_file_is_hermes_home_state_db(tmp_path):
+    home = tmp_path / "home"
+    result = run_alembic("upgrade", "0003", db=None, home=home)
+    assert result.returncode == 0, result.stderr
+    with connect_ro(home / "state.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+
+
+def test_x_db_accepts_a_sqlalchemy_url(tmp_path):
+    db = tmp_path / "url.db"
+    result = run_alembic("upgrade", "0002", db=f"sqlite:///{db}", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(db) == "0002"
+
+
+def test_current_on_an_upstream_file_does_not_adopt_it(tmp_path):
+    from conftest import copy_fixture
+
+    db = copy_fixture("upstream-0.16.0-v14", tmp_path)
+    before = file_digest(db)
+    result = run_alembic("current", db=db, home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert file_digest(db) == before
+    assert migrate.current(db) == "0014"  # what adoption will stamp
+
+
+def test_cli_refuses_a_newer_file_with_a_clear_message_and_leaves_it_alone(tmp_path):
+    db = tmp_path / "newer.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (31)")
+    before = file_digest(db)
+    result = run_alembic("upgrade", "head", db=db, home=tmp_path)
+    assert result.returncode != 0
+    assert "newer" in result.stderr and "not changed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert file_digest(db) == before
