@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from pathlib import Path
 
 from . import schema
@@ -132,6 +133,7 @@ class SessionDB(
         probe_database(path)
         ensure_schema(path, auto_upgrade=auto_upgrade, read_only=self.read_only)
         engine = create_engine(path, read_only=self.read_only, busy_timeout=retry.busy_timeout)
+        self._snapshots = threading.local()
         self._engine = engine
         self._units = WriteUnits(engine, retry, label=path)
 

@@ -60,7 +60,7 @@ class RepositoryBase:
         if joined is not None:
             yield joined
             return
-        if self._snapshots is None:
+        if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = threading.local()
         try:
             with engine.connect() as conn, conn.begin():

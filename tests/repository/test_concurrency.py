@@ -141,3 +141,26 @@ def test_reader_never_sees_half_a_unit(db_path):
         assert writer.exitcode == 0
         assert db.get_session("s")["message_count"] == db.message_count("s") == 60
     assert len(observed) > 1  # the reader really ran while the writer wrote
+
+
+def test_threads_share_one_store(db):
+    import threading
+
+    errors = []
+
+    def work(n):
+        try:
+            for i in range(10):
+                db.create_session(f"t{n}-{i}", "cli")
+                db.update_token_counts(f"t{n}-{i}", input_tokens=1, api_call_count=1)
+                assert db.get_session(f"t{n}-{i}")["input_tokens"] == 1
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert db.session_count() == 40
