@@ -22,6 +22,12 @@ in every trigger: while a rebuild/backfill is pending, ``state_meta`` holds
 in the index, so the triggers neither insert nor delete them. With both keys absent the
 gate is always open. The cjk index uses its own pair of keys.
 
+Limits (as upstream): there is no trigger on ``sessions``, so changing a session's
+``source`` or its ``model_config._delegate_from`` after it has messages leaves the
+trigram index out of step until ``maintenance.rebuild``; and ``create_fts`` does not
+repair an index that fell behind while its triggers were missing
+(``maintenance.integrity_check`` reports both).
+
 Public API (``conn`` is a SQLAlchemy ``Connection``; nothing here commits):
 
 ``create_fts(conn, *, cjk=None, fill=True, cjk_tokenizer=CJK_TOKENIZER) -> list[str]``
