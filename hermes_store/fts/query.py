@@ -19,7 +19,7 @@ with portable Core filters).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 import sqlalchemy as sa
@@ -295,7 +295,7 @@ class SearchPlan:
     match: str = ""
     like_terms: tuple[str, ...] = ()
     retry_trigram: str | None = None
-    fallback_like_terms: tuple[str, ...] = field(default=())
+    fallback_like_terms: tuple[str, ...] = ()
 
 
 def plan_search(sanitized: str, indexes: Iterable[str]) -> SearchPlan | None:

@@ -150,10 +150,6 @@ def _timestamp(value: Any, default: float) -> float:
     return ts if math.isfinite(ts) else default
 
 
-def _text(value: Any) -> Any:
-    return scrub_surrogates(value)
-
-
 def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
                  tool_calls=None, tool_call_id=None, token_count=None, finish_reason=None,
                  reasoning=None, reasoning_content=None, reasoning_details=None,
@@ -167,24 +163,24 @@ def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
         )
     return {
         "session_id": session_id,
-        "role": _text(role),
+        "role": scrub_surrogates(role),
         "content": encode_content(content),
-        "tool_call_id": _text(tool_call_id),
+        "tool_call_id": scrub_surrogates(tool_call_id),
         "tool_calls": _json_or_none(tool_calls, "tool_calls"),
-        "tool_name": _text(tool_name),
-        "effect_disposition": _text(effect_disposition),
+        "tool_name": scrub_surrogates(tool_name),
+        "effect_disposition": scrub_surrogates(effect_disposition),
         "timestamp": timestamp,
         "token_count": token_count,
-        "finish_reason": _text(finish_reason),
-        "reasoning": _text(reasoning),
-        "reasoning_content": _text(reasoning_content),
+        "finish_reason": scrub_surrogates(finish_reason),
+        "reasoning": scrub_surrogates(reasoning),
+        "reasoning_content": scrub_surrogates(reasoning_content),
         "reasoning_details": _json_or_none(reasoning_details, "reasoning_details"),
         "codex_reasoning_items": _json_or_none(codex_reasoning_items, "codex_reasoning_items"),
         "codex_message_items": _json_or_none(codex_message_items, "codex_message_items"),
-        "platform_message_id": _text(platform_message_id),
+        "platform_message_id": scrub_surrogates(platform_message_id),
         "observed": 1 if observed else 0,
         "active": 1,
-        "api_content": _text(api_content) if isinstance(api_content, str) else None,
+        "api_content": scrub_surrogates(api_content) if isinstance(api_content, str) else None,
     }
 
 
@@ -469,7 +465,7 @@ class MessagesMixin(RepositoryBase):
             result = conn.execute(
                 sa.update(M)
                 .where(M.c.id == newest_user, M.c.content.is_not_distinct_from(encoded))
-                .values(api_content=_text(api_content))
+                .values(api_content=scrub_surrogates(api_content))
             )
             return result.rowcount
 

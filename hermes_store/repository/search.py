@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..fts import query as fq
+from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 from .base import RepositoryBase
 from .messages import content_preview, decode_content
 
@@ -144,14 +145,14 @@ class SearchMixin(RepositoryBase):
     def _run_plan(self, conn, plan: fq.SearchPlan, filters, sort, limit, offset) -> list:
         if plan.route == fq.ROUTE_LIKE:
             return self._like_search(conn, plan.like_terms, filters, limit, offset)
-        index = fq.TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else fq.FTS_TABLE
+        index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
             rows = self._match_search(conn, index, plan.match, filters, sort, limit, offset)
             if rows or plan.retry_trigram is None:
                 return rows
             if offset and self._match_search(conn, index, plan.match, filters, sort, 1, 0):
                 return rows  # past the last page, not "nothing found"
-            return self._match_search(conn, fq.TRIGRAM_TABLE, plan.retry_trigram, filters,
+            return self._match_search(conn, TRIGRAM_TABLE, plan.retry_trigram, filters,
                                       sort, limit, offset)
         except sa.exc.DatabaseError as exc:
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "

@@ -249,8 +249,8 @@ def test_include_ancestors_replays_root_to_tip_without_the_resent_prompt(db):
 
     assert [m["content"] for m in db.get_messages_as_conversation("tip")] == [
         "continue", "done part 2"]
-    assert [m["content"] for m in db.get_messages_as_conversation("tip", include_ancestors=True)] == [
-        "build it", "done part 1", "continue", "done part 2"]
+    replay = db.get_messages_as_conversation("tip", include_ancestors=True)
+    assert [m["content"] for m in replay] == ["build it", "done part 1", "continue", "done part 2"]
 
 
 def test_repair_alternation_runs_the_configured_repair(db, s1):
@@ -413,7 +413,8 @@ def test_clear_messages_empties_transcript_and_index_but_keeps_session(db, db_pa
     assert counters(db, s1) == (0, 0)
     assert db.get_session(s1) is not None
     assert db.search_messages("zebra") == []
-    assert raw(db_path, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'") == [(0,)]
+    assert raw(db_path,
+               "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'") == [(0,)]
     db.clear_messages("nope")  # unknown session: no-op
 
 
