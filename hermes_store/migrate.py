@@ -644,16 +644,28 @@ def _heal_fts(conn, live: _Shape, target: _Shape, scripts, revision: str) -> Non
         any(t in target.triggers[n] for t in fts_names) for n in stale_triggers
     )
     if index_touched:
-        _rebuild_fts(conn, scripts, revision)
+        _rebuild_fts(conn, target, scripts, revision)
 
 
-def _rebuild_fts(conn, scripts: ScriptDirectory, revision: str) -> None:
-    """Re-derive the full-text index with the newest ``rebuild_fts`` at or below ``revision``.
+def _is_external_content(vtable_sql: str) -> bool:
+    options = re.search(r"content\s*=\s*'?([^,')\s]*)", vtable_sql, re.IGNORECASE)
+    return bool(options and options.group(1))
 
-    A revision that changes the FTS layout defines ``rebuild_fts(bind)`` for it.
+
+def _rebuild_fts(conn, target: _Shape, scripts: ScriptDirectory, revision: str) -> None:
+    """Re-derive every full-text index of the shape from ``messages``.
+
+    The revision that defined the layout knows best: the newest ``rebuild_fts(bind)``
+    at or below ``revision`` does it. Without one, an external-content index is rebuilt
+    by FTS5's own ``'rebuild'`` command; an inline index (it holds its own copy of
+    the text) cannot be rebuilt without knowing what went into it.
     """
     for script in scripts.walk_revisions(base="base", head=revision):
         rebuild = getattr(script.module, "rebuild_fts", None)
         if rebuild is not None:
             rebuild(conn)
             return
+    for name, sql in target.virtual_tables.items():
+        if not _is_external_content(sql):
+            raise errors.SchemaError(f"no revision up to {revision} knows how to rebuild {name}")
+        conn.exec_driver_sql(f"INSERT INTO \"{name}\"(\"{name}\") VALUES ('rebuild')")

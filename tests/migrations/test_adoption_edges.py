@@ -198,3 +198,36 @@ def test_downgrade_and_stamp_keep_schema_version_in_step(tmp_path):
     assert (alembic_revision(db), schema_version(db)) == ("0013", [13])
     migrate.downgrade(db, "base")
     assert schema_version(db) is None and migrate.current(db) is None
+
+
+def test_an_upstream_head_file_with_its_fts_triggers_gone_is_repaired(tmp_path):
+    # a v30 file written by upstream (no alembic_version) whose FTS triggers were dropped
+    db = tmp_path / "v30.db"
+    migrate.upgrade(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE alembic_version")
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1.0)")
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'messages_fts%'"
+        ).fetchall():
+            conn.execute(f'DROP TRIGGER "{name}"')
+        new_id = conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('s', 'user', 'wombatross 袋熊信天翁 arrives unindexed', 2.0)"
+        ).lastrowid
+    sqlite3.connect(db).close()
+    assert migrate.current(db) == migrate.head()
+
+    migrate.upgrade(db)
+
+    fresh = tmp_path / "fresh.db"
+    migrate.upgrade(fresh)
+    assert schema_diff(fresh, db) == []
+    with connect_ro(db) as conn:
+        assert conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'wombatross'"
+        ).fetchall() == [(new_id,)]
+        assert conn.execute(
+            "SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH '\"袋熊信\"'"
+        ).fetchall() == [(new_id,)]
+    assert fts_integrity_errors(db) == []
