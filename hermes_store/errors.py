@@ -30,7 +30,7 @@ class StoreBusyError(HermesStoreError):
         super().__init__(
             f"database is busy: {path} stayed locked by another writer for {attempts} "
             f"attempts{detail}. Another process holds a long write transaction; retry later "
-            "or raise the retry budget (write_attempts=)."
+            "or raise the retry budget (SessionDB(..., retry=RetryPolicy(attempts=N)))."
         )
 
 
