@@ -1,0 +1,276 @@
+"""Helpers shared by the reliability tests: worker processes, fingerprints, and the
+independent checks (raw sqlite3) that a store file is whole.
+
+The checks here read the file with the standard library's sqlite3 on purpose: a test
+that only asked the store about itself could not catch the store lying.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "workers"
+TESTS_DIR = HERE.parent
+REPO_ROOT = TESTS_DIR.parent
+
+
+def _load_root_conftest():
+    # tests/conftest.py holds the fixture helpers; loaded by path under its own name so
+    # another folder's conftest.py can never shadow it.
+    spec = importlib.util.spec_from_file_location("_hermes_tests_conftest", TESTS_DIR / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_root = _load_root_conftest()
+copy_fixture = _root.copy_fixture
+UPSTREAM_FIXTURES = _root.UPSTREAM_FIXTURES
+
+
+# --------------------------------------------------------------------------- processes
+
+def worker_cmd(name: str, *args: object) -> list[str]:
+    return [sys.executable, str(WORKERS / f"{name}.py"), *map(str, args)]
+
+
+def worker_env() -> dict:
+    env = dict(os.environ)
+    # Workers import the package under test from this checkout, installed or not.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def spawn(name: str, *args: object, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        worker_cmd(name, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=worker_env(), **kw,
+    )
+
+
+def run(name: str, *args: object, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        worker_cmd(name, *args), capture_output=True, text=True, env=worker_env(), timeout=timeout,
+    )
+
+
+def wait_for_line(proc: subprocess.Popen, expected: str, timeout: float = 60) -> None:
+    """Block until the worker prints `expected` on a line of its own (fail on early exit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(
+                f"worker exited (rc={proc.wait()}) before printing {expected!r}:\n{proc.stderr.read()}"
+            )
+        if line.strip() == expected:
+            return
+    raise AssertionError(f"worker did not print {expected!r} within {timeout}s")
+
+
+def json_lines(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                # The last line of a SIGKILLed worker may be cut short: it never
+                # reported that append, so it is not a promise we hold the store to.
+                continue
+    return out
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"worker {proc.args} timed out:\n{err}")
+    return out, err
+
+
+# --------------------------------------------------------------------------- files
+
+def fingerprint(path: Path) -> tuple[str, int, int] | None:
+    """(sha256, size, mtime_ns) of a file, None when it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    st = path.stat()
+    return hashlib.sha256(path.read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns
+
+
+def sidecars(path: Path) -> list[Path]:
+    return [Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")]
+
+
+def mode_of(path: Path) -> int:
+    return Path(path).stat().st_mode & 0o777
+
+
+# --------------------------------------------------------------------------- independent checks
+
+def raw_connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def sqlite_integrity(path: Path) -> list[str]:
+    """PRAGMA integrity_check through plain sqlite3: [] when the file is whole."""
+    conn = raw_connect(path)
+    try:
+        rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    finally:
+        conn.close()
+    return [] if rows == ["ok"] else rows
+
+
+def fts_problems(path: Path) -> list[str]:
+    """The package's FTS integrity check (rank=1 form: index vs canonical rows)."""
+    from hermes_store.engine import create_engine
+    from hermes_store.fts.maintenance import integrity_check
+
+    engine = create_engine(path)
+    try:
+        with engine.connect() as conn:
+            problems = list(integrity_check(conn))
+            if conn.in_transaction():
+                conn.rollback()
+    finally:
+        engine.dispose()
+    return problems
+
+
+def fts_table_names(path: Path) -> list[str]:
+    conn = raw_connect(path)
+    try:
+        return [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'"
+        )]
+    finally:
+        conn.close()
+
+
+def counter_mismatches(path: Path) -> list[str]:
+    """Sessions whose message_count / tool_call_count disagree with their rows.
+
+    tool_call_count is the number of tool calls the assistant rows carry (a JSON
+    list counts its length, any other JSON value counts 1) — the workers only put
+    tool calls on assistant rows.
+    """
+    conn = raw_connect(path)
+    try:
+        rows = conn.execute(
+            """
+            SELECT s.id, s.message_count, s.tool_call_count,
+                   (SELECT count(*) FROM messages m WHERE m.session_id = s.id) AS real_messages,
+                   (SELECT coalesce(sum(CASE WHEN json_type(m.tool_calls) = 'array'
+                                              THEN json_array_length(m.tool_calls)
+                                              ELSE 1 END), 0)
+                      FROM messages m
+                     WHERE m.session_id = s.id AND m.tool_calls IS NOT NULL
+                       AND m.role != 'tool') AS real_tool_calls
+              FROM sessions s
+            """
+        ).fetchall()
+    finally:
+        conn.close()
+    bad = []
+    for r in rows:
+        if (r["message_count"], r["tool_call_count"]) != (r["real_messages"], r["real_tool_calls"]):
+            bad.append(
+                f"{r['id']}: message_count={r['message_count']} (rows {r['real_messages']}), "
+                f"tool_call_count={r['tool_call_count']} (real {r['real_tool_calls']})"
+            )
+    return bad
+
+
+def message_ids(path: Path) -> dict[int, tuple[str, str]]:
+    """id -> (session_id, content) for every message row."""
+    conn = raw_connect(path)
+    try:
+        return {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, session_id, content FROM messages")}
+    finally:
+        conn.close()
+
+
+def assert_store_whole(path: Path) -> None:
+    """The file passes SQLite's and the FTS index's integrity checks and every
+    session's counters equal its rows."""
+    assert sqlite_integrity(path) == [], f"PRAGMA integrity_check failed on {path}"
+    problems = fts_problems(path)
+    assert problems == [], f"FTS integrity-check failed on {path}: {problems}"
+    bad = counter_mismatches(path)
+    assert bad == [], f"counters disagree with rows: {bad}"
+
+
+# --------------------------------------------------------------------------- store internals
+
+def write_units_of(db):
+    """The WriteUnits runner behind a SessionDB (it keeps the `retries` counter)."""
+    from hermes_store.engine import WriteUnits
+
+    for value in vars(db).values():
+        if isinstance(value, WriteUnits):
+            return value
+    raise AssertionError("SessionDB exposes no WriteUnits instance")
+
+
+def engine_of(db):
+    from sqlalchemy.engine import Engine
+
+    for value in vars(db).values():
+        if isinstance(value, Engine):
+            return value
+    raise AssertionError("SessionDB exposes no Engine")
+
+
+def pragma_values(conn: sqlite3.Connection, names: Iterable[str]) -> dict:
+    return {n: conn.execute(f"PRAGMA {n}").fetchone()[0] for n in names}
+
+
+# --------------------------------------------------------------------------- fast fresh stores
+
+_TEMPLATE: list[Path] = []
+
+
+def fresh_store_file(path: Path) -> Path:
+    """Put an empty head-schema store at `path` (a copy of one made once per process).
+
+    Creating a file runs every revision 0001..0030 (about a second); tests that are not
+    about creation start from a copy instead. Creation itself is covered by the file
+    permission tests, which always create for real.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    from hermes_store import SessionDB
+
+    if not _TEMPLATE:
+        template_dir = tempfile.mkdtemp(prefix="hermes-rel-template-")
+        atexit.register(shutil.rmtree, template_dir, ignore_errors=True)
+        template = Path(template_dir) / "state.db"
+        SessionDB(template).close()
+        assert not Path(f"{template}-wal").exists() or Path(f"{template}-wal").stat().st_size == 0
+        _TEMPLATE.append(template)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_TEMPLATE[0], path)
+    path.chmod(0o600)
+    return path

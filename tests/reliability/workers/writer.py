@@ -1,0 +1,49 @@
+"""Load/retry writer: appends a fixed number of messages through its own SessionDB.
+
+    writer.py DB WRITER_ID COUNT SHARED_SESSION [BUSY_TIMEOUT ATTEMPTS JITTER_MAX]
+
+Alternates between its own session (`w<ID>`) and the shared one; assistant rows
+carry 0-3 tool calls. After each append returns it prints
+{"id", "session", "marker", "tools"}; at the end {"done", "retries", "elapsed", "writes"}.
+Any exception propagates: a non-zero exit code is an error that reached the caller.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+
+from _common import open_store, say, write_units_of
+
+
+def main() -> None:
+    path, writer_id, count, shared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    policy = [float(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])] if len(sys.argv) > 5 else [None] * 3
+    rng = random.Random(writer_id)
+    db = open_store(path, *policy)
+    own = f"w{writer_id}"
+    db.create_session(own, source="cli")
+    start = time.perf_counter()
+    for i in range(count):
+        session = own if i % 2 == 0 else shared
+        marker = f"loadmark w{writer_id}x{i}"
+        if i % 3 == 2:
+            tools = rng.randint(0, 3)
+            calls = [
+                {"id": f"c{writer_id}_{i}_{k}", "type": "function",
+                 "function": {"name": "terminal", "arguments": '{"cmd": "ls"}'}}
+                for k in range(tools)
+            ]
+            msg_id = db.append_message(session, role="assistant", content=marker, tool_calls=calls)
+        else:
+            tools = 0
+            msg_id = db.append_message(session, role="user", content=marker)
+        say(id=msg_id, session=session, marker=marker, tools=tools)
+    elapsed = time.perf_counter() - start
+    say(done=True, retries=write_units_of(db).retries, elapsed=elapsed, writes=count)
+    db.close()
+
+
+if __name__ == "__main__":
+    main()
