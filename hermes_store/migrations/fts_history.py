@@ -24,7 +24,10 @@ Layouts (``state_meta.fts_storage_version`` in brackets; schema-history.md secti
   children (``$._delegate_from``).
 
 Upstream left upgraded files on the legacy layout until a manual ``optimize-storage``;
-we convert and rebuild instead, so every file at revision N has the layout of N.
+we convert and rebuild instead, so every file at revision N has the layout of N. Within
+one upgrade run that reaches 0030 the intermediate fills are deferred to 0030's rebuild
+through upstream's own rebuild window (``apply_layout(defer=True)``), so the index is
+rebuilt once per run, not once per layout.
 The optional ``messages_fts_cjk`` index is never touched here.
 """
 
@@ -432,6 +435,7 @@ def apply_layout(
     layout: FtsLayout,
     *,
     rebuild: Iterable[str] = (),
+    defer: bool = False,
     progress: Progress = None,
 ) -> set[str]:
     """Bring the file's FTS objects to ``layout`` from whatever it holds now.
@@ -443,6 +447,13 @@ def apply_layout(
     rebuilt, because the gated triggers did not maintain the rows in the marker window.
     Each fill is one statement (FTS5 'rebuild', or INSERT ... SELECT for inline tables),
     so memory stays bounded whatever the table size.
+
+    ``defer=True`` (an upgrade run that goes on to a later layout step which rebuilds
+    everything, see :func:`run_reaches`): instead of filling, both tables are emptied
+    and upstream's rebuild window is opened over every existing message
+    (``fts_rebuild_high_water`` = MAX(id), ``fts_rebuild_progress`` below MIN(id)). The
+    gated triggers then keep the file consistent - they index new rows and never touch
+    the pending ones - and the last step rebuilds once instead of once per layout.
 
     Returns the names of the tables that were filled.
     """
@@ -482,8 +493,12 @@ def apply_layout(
         if index.name in recreate:
             conn.exec_driver_sql(index.create_sql)
 
+    rows = _row_count(conn) if fill else 0
+    if fill and defer and rows:
+        _open_rebuild_window(conn, layout, recreate)
+        say(f"{layout.label}: index rebuild over {rows} messages left to a later step of this run")
+        fill = set()
     if fill:
-        rows = _row_count(conn)
         for index in layout.indexes:
             if index.name not in fill:
                 continue
@@ -514,6 +529,47 @@ def apply_layout(
     if fill:
         say(f"full-text index now {layout.label}")
     return fill
+
+
+def _open_rebuild_window(conn: Connection, layout: FtsLayout, recreated: set[str]) -> None:
+    """Empty every index and mark all current messages as not yet indexed."""
+    for index in layout.indexes:
+        if index.name in recreated:
+            continue  # created empty just now
+        if index.inline_fill_sql:
+            conn.exec_driver_sql(f'DELETE FROM "{index.name}"')
+        else:
+            conn.exec_driver_sql(f"INSERT INTO {index.name}({index.name}) VALUES ('delete-all')")
+    conn.exec_driver_sql(
+        "INSERT OR REPLACE INTO state_meta (key, value) "
+        "SELECT 'fts_rebuild_high_water', CAST(MAX(id) AS TEXT) FROM messages"
+    )
+    conn.exec_driver_sql(
+        "INSERT OR REPLACE INTO state_meta (key, value) "
+        "SELECT 'fts_rebuild_progress', CAST(MIN(id) - 1 AS TEXT) FROM messages"
+    )
+
+
+def run_reaches(revision: str) -> bool:
+    """Whether the running ``alembic upgrade`` goes at least as far as ``revision``.
+
+    False outside an Alembic command (e.g. a migration context built by hand), and for
+    destinations it cannot resolve: then nothing is deferred.
+    """
+    try:
+        from alembic import context
+
+        destination = context.get_revision_argument()
+        script = context.script
+    except Exception:
+        return False
+    if isinstance(destination, (tuple, list)):
+        destination = destination[0] if len(destination) == 1 else None
+    try:
+        resolved = script.get_revision(destination) if destination else None
+    except Exception:
+        return False
+    return bool(resolved and resolved.revision.isdigit() and int(resolved.revision) >= int(revision))
 
 
 def integrity_problems(conn: Connection, tables: Iterable[str] = (BASE_TABLE, TRIGRAM_TABLE)) -> list[str]:

@@ -288,3 +288,37 @@ def test_upstream_file_past_v23_still_on_the_inline_layout_is_converted(tmp_path
                 assert mid in probe.ids(fh.BASE_TABLE, f'"{word}"'), (mid, word)
         assert words > 10
         assert probe.ids(fh.TRIGRAM_TABLE, '"日本語"')
+
+
+def test_one_run_to_head_rebuilds_once_and_a_run_cut_short_stays_consistent(file_at):
+    """An upgrade run that goes on to 0030 leaves the fills of 0023/0028/0029 to it,
+    with upstream's rebuild window open over the pending rows. If the run stops midway,
+    the committed file is in that documented pending state: new messages are indexed,
+    pending ones are never 'deleted' from the index, and the next run completes it."""
+    path = file_at("0022")
+    with Probe(path) as probe:  # make 0025 fail after the deferred 0023 has committed
+        probe.write("CREATE TABLE system_prompts (hash TEXT PRIMARY KEY, prompt TEXT NOT NULL)")
+        probe.write("CREATE TRIGGER refuse BEFORE INSERT ON system_prompts "
+                    "BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
+        probe.write("UPDATE sessions SET system_prompt = 'You are Hermes.' WHERE id = 'cli_main'")
+    with pytest.raises(Exception, match="injected failure"):
+        migrate.upgrade(path, "head")
+    assert migrate.current(path) == "0024"
+    rows = list(ROWS)
+    with Probe(path) as probe:
+        high = probe.conn.execute(sa.text("SELECT MAX(id) FROM messages")).scalar()
+        assert probe.meta("fts_rebuild_high_water") == str(high)
+        assert probe.ids(fh.BASE_TABLE, "alpha1") == set()  # pending, not yet indexed
+        probe.write("INSERT INTO messages (session_id, role, content, timestamp) "
+                    "VALUES ('cli_main', 'user', 'tango20 after the cut', 400)")
+        rows.append(Row("cli_main", "user", "tango20 after the cut", "tango20"))
+        assert probe.ids(fh.BASE_TABLE, "tango20") != set()
+        probe.write("DELETE FROM messages WHERE content LIKE 'bravo2%'")  # a pending row
+        rows = [r for r in rows if r.token != "bravo2"]
+        probe.write("DROP TRIGGER refuse")
+
+    migrate.upgrade(path, "head")
+    assert_consistent(path, fh.LAYOUT_3_V30, rows)
+    with Probe(path) as probe:
+        assert probe.meta("fts_rebuild_high_water") is None
+        assert probe.meta("fts_rebuild_progress") is None

@@ -20,6 +20,15 @@ Decision D7: upstream left upgraded files on the inline layout until a manual
 layout 1. ``fts_storage_version`` is written as ``1``; ``fts_optimize_available`` and the
 rebuild-window keys, meaningless after a full rebuild, are removed.
 
+One rebuild per run, not per layout: when the same upgrade goes on to 0030, which
+rebuilds both indexes anyway, 0023 (like 0028 and 0029) leaves its fill to it. The
+tables are emptied and upstream's rebuild window is opened over every existing message
+(``fts_rebuild_high_water`` = MAX(id), ``fts_rebuild_progress`` below the first id), so
+the gated triggers keep the committed file consistent in between - they index new rows
+and leave pending ones alone - and a run cut short is completed by the next one.
+Adopting a 100,000-message 0.19.0 file to head: 86 s with a rebuild at every layout
+step, 17 s with one.
+
 Downgrade converts back to the inline layout and refills both tables from ``messages``
 (one INSERT ... SELECT each) and removes ``fts_storage_version`` (absent = inline).
 The DDL of both layouts is frozen in ``hermes_store.migrations.fts_history``.
@@ -36,6 +45,9 @@ down_revision = "0022"
 branch_labels = None
 depends_on = None
 
+#: 0030 rebuilds both indexes; a run going that far rebuilds once, there (see below)
+LAST_REBUILD = "0030"
+
 
 def rebuild_fts(bind) -> None:
     """Give the file this revision's FTS layout with both indexes re-derived from
@@ -48,6 +60,7 @@ def upgrade() -> None:
     fts_history.apply_layout(
         op.get_bind(), fts_history.LAYOUT_1_V23,
         rebuild=(fts_history.BASE_TABLE, fts_history.TRIGRAM_TABLE),
+        defer=fts_history.run_reaches(LAST_REBUILD),
         progress=fts_history.migration_progress(),
     )
 

@@ -9,7 +9,8 @@ reached 28" on 2026-09-02). Split of v26-v28 per decision D6:
 * the FTS update triggers fire only ``AFTER UPDATE OF`` the columns they index
   (#68858/#73639): before, every update of any message column (``active``, token counts,
   ...) ran the trigger and its WHEN test. The index content does not change, so there is
-  no rebuild; tables and views stay as at v23 (layout 1).
+  no rebuild; tables and views stay as at v23 (layout 1) - unless a rebuild is still
+  pending from 0023 in a run that ends before 0030 (see 0023).
 
 Downgrade drops the two tables and restores the v23 triggers.
 """
@@ -27,6 +28,9 @@ revision = "0028"
 down_revision = "0027"
 branch_labels = None
 depends_on = None
+
+#: 0030 rebuilds both indexes; a run going that far rebuilds once, there (see below)
+LAST_REBUILD = "0030"
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,7 @@ def upgrade() -> None:
     )
     helpers.create_index(LEASE_INDEX, "session_turn_leases", ["expires_at"])
     fts_history.apply_layout(op.get_bind(), fts_history.LAYOUT_1_V28,
+                             defer=fts_history.run_reaches(LAST_REBUILD),
                              progress=fts_history.migration_progress())
 
 

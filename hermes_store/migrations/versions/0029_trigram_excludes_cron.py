@@ -9,7 +9,7 @@ content view ``messages_fts_trigram_src`` now joins ``sessions`` and leaves out
 index is rebuilt (FTS5 ``'rebuild'``, one statement), as upstream always did while the
 stamped version was behind, so it holds exactly what the view yields.
 ``messages_fts`` is untouched. ``fts_storage_version`` stays 1: the tables are still
-those of layout 1.
+those of layout 1. A run that goes on to 0030 leaves this rebuild to 0030's (see 0023).
 
 Downgrade restores the v28 view and triggers and rebuilds the trigram index again.
 """
@@ -25,6 +25,9 @@ down_revision = "0028"
 branch_labels = None
 depends_on = None
 
+#: 0030 rebuilds both indexes; a run going that far rebuilds once, there (see below)
+LAST_REBUILD = "0030"
+
 
 def rebuild_fts(bind) -> None:
     """Give the file this revision's FTS layout with both indexes re-derived from
@@ -36,6 +39,7 @@ def rebuild_fts(bind) -> None:
 def upgrade() -> None:
     fts_history.apply_layout(op.get_bind(), fts_history.LAYOUT_1_V29,
                              rebuild=(fts_history.TRIGRAM_TABLE,),
+                             defer=fts_history.run_reaches(LAST_REBUILD),
                              progress=fts_history.migration_progress())
 
 
