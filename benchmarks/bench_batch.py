@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The batch (import) path in messages per second, against the per-call path.
+
+Each round imports 5 new sessions of 2,000 messages (10k messages, upstream
+``export_session()`` shape, tool calls included) into a copy of the 10k store:
+
+* ours      — ``hermes_store.transfer.import_file(engine, file.jsonl)``, the import command's
+              path (validate the whole file, then insert in batched transactions);
+              ``SessionDB.append_messages`` / ``import_sessions`` too, where they exist;
+* floor     — the SQL ours sent for that import (recorded untimed), replayed raw;
+* upstream  — ``SessionDB.import_sessions(list)`` of 0.19.0 with the same payload.
+
+The per-call rate is ``append_message`` one message per call on the same store, same
+run. Target: batch ≥ 10× per-call.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _stores  # noqa: E402
+import _upstream  # noqa: E402
+from _common import human, log, main_for  # noqa: E402
+from _floor import Floor, Recorder, engine_of  # noqa: E402
+from _workload import Generator  # noqa: E402
+
+NAME = "batch"
+STORE_SIZE = 10_000
+SESSIONS_PER_BATCH = 5
+MESSAGES_PER_SESSION = 2_000
+PER_CALL_SAMPLES = 200
+
+
+def payload(round_no: int, tag: str) -> list[dict]:
+    gen = Generator(10_000, seed=100 + round_no)
+    out = []
+    t = 1_760_000_000.0 + round_no * 1e5
+    for s in range(SESSIONS_PER_BATCH):
+        msgs: list[dict] = []
+        while len(msgs) < MESSAGES_PER_SESSION:
+            msgs.extend(gen.turn())
+        msgs = msgs[:MESSAGES_PER_SESSION]
+        for m in msgs:
+            t += 3.0
+            m["timestamp"] = t
+        out.append({"id": f"batch_{tag}_{round_no}_{s}", "source": "cli", "model": "gpt-5",
+                    "started_at": msgs[0]["timestamp"] - 1.0, "messages": msgs})
+    return out
+
+
+def write_jsonl(sessions: list[dict], path: Path) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for s in sessions:
+            fh.write(json.dumps(s, ensure_ascii=False) + "\n")
+
+
+def run(args, report) -> None:
+    from hermes_store import SessionDB
+    from hermes_store.transfer import import_file
+
+    work = args.workdir / "batch"
+    head = _stores.store("head", STORE_SIZE, log=lambda m: log(args, m))
+    ours_path = _stores.working_copy(head, work, "ours.db")
+    capture_path = _stores.working_copy(head, work, "capture.db")
+    floor_path = _stores.working_copy(head, work, "floor.db")
+    ours = SessionDB(ours_path)
+    capture = SessionDB(capture_path)
+    floor = Floor(floor_path)
+    up = None
+    if not args.no_upstream:
+        hs = _upstream.load(args.workdir / "upstream-home")
+        up = hs.SessionDB(_stores.working_copy(_stores.store("upstream", STORE_SIZE, log=lambda m: log(args, m)),
+                                               work, "upstream.db"))
+    per_batch = SESSIONS_PER_BATCH * MESSAGES_PER_SESSION
+    rates: dict[str, list[float]] = {"ours": [], "floor": [], "upstream": [], "per-call": []}
+    extra_paths = [m for m in ("append_messages", "import_sessions") if hasattr(ours, m)]
+    for m in extra_paths:
+        rates[f"ours {m}"] = []
+
+    gen = Generator(10_000, seed=77)
+    ours.create_session("batch_percall", "cli")
+    for r in range(args.rounds):
+        log(args, f"batch round {r + 1}")
+        sessions = payload(r, "f")
+        src = work / f"round{r}.jsonl"
+        write_jsonl(sessions, src)
+        # untimed: record our SQL for this import on the scratch copy
+        rec = Recorder(engine_of(capture))
+        with rec.call():
+            import_file(engine_of(capture), src)
+        rec.close()
+
+        t0 = time.perf_counter()
+        rep = import_file(engine_of(ours), src)
+        rates["ours"].append(per_batch / (time.perf_counter() - t0))
+        if getattr(rep, "messages_added", per_batch) != per_batch:
+            raise RuntimeError(f"import added {rep.messages_added} messages, expected {per_batch}")
+
+        t0 = time.perf_counter()
+        floor.replay(rec.calls[0])
+        rates["floor"].append(per_batch / (time.perf_counter() - t0))
+
+        if up is not None:
+            up_sessions = payload(r, "u")
+            t0 = time.perf_counter()
+            res = up.import_sessions(up_sessions)
+            rates["upstream"].append(per_batch / (time.perf_counter() - t0))
+            if not res.get("ok"):
+                raise RuntimeError(f"upstream import failed: {res.get('errors')}")
+
+        for m in extra_paths:
+            sessions_m = payload(r, m[:3])
+            t0 = time.perf_counter()
+            if m == "import_sessions":
+                ours.import_sessions(sessions_m)
+            else:
+                for s in sessions_m:
+                    ours.create_session(s["id"], s["source"])
+                    ours.append_messages(s["id"], s["messages"])
+            rates[f"ours {m}"].append(per_batch / (time.perf_counter() - t0))
+
+        msgs = [gen.turn() for _ in range(PER_CALL_SAMPLES // 3)]
+        flat = [m for turn in msgs for m in turn][:PER_CALL_SAMPLES]
+        t0 = time.perf_counter()
+        for m in flat:
+            ours.append_message("batch_percall", **m)
+        rates["per-call"].append(len(flat) / (time.perf_counter() - t0))
+
+    med = {k: statistics.median(v) if v else None for k, v in rates.items()}
+    per_call = med["per-call"]
+    case = f"import 5×2000 messages into the {human(STORE_SIZE)} store"
+    report.add(NAME, case, "messages/s", "msg/s", med["ours"], med["floor"], med["upstream"],
+               target="≥ 10× per-call", met=med["ours"] >= 10 * per_call, rates=rates)
+    report.add(NAME, "ours batch ÷ ours per-call", "speed-up", "×", med["ours"] / per_call,
+               target="≥ 10", met=med["ours"] / per_call >= 10)
+    report.add(NAME, "append_message per call (same store)", "messages/s", "msg/s", per_call)
+    for m in extra_paths:
+        report.add(NAME, f"SessionDB.{m}", "messages/s", "msg/s", med[f"ours {m}"],
+                   None, med["upstream"] if m == "import_sessions" else None)
+    ours.close()
+    capture.close()
+    floor.close()
+    if up is not None:
+        up.close()
+    for p in work.glob("*"):
+        p.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main_for(NAME, __doc__.split("\n")[1], run))
