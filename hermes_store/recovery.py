@@ -50,6 +50,8 @@ CHUNK = 1000
 _GENERATED_META_PREFIXES = ("fts_",)
 #: when the end of a damaged table cannot be read, look this far past the last good rowid
 _BLIND_SPAN = 1_000_000
+#: ... but stop after this many windows in a row where nothing could be read
+_BLIND_DEAD_WINDOWS = 3
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -420,12 +422,16 @@ def _iter_rows(src, table: str, columns: list[str], result: TableResult) -> Iter
     # The scan hit damage after `last`: read fixed rowid windows, bisecting failures.
     start = (last + 1) if last is not None else _min_rowid_guess(src, table)
     end = _max_rowid(src, table)
-    if end is None or end < start:
+    blind = end is None or end < start
+    if not _any_readable(src, table, start, end):
+        # Every probe fails: the table's root page is gone, and with it every row.
+        result.unreadable = "the table's root page is damaged: no row could be reached"
+        if not blind:
+            result.lost_ranges.append((start, end))
+        return
+    if blind:
         end = start + _BLIND_SPAN
-        result.unreadable = (
-            f"the end of the table could not be read; rowids {start}..{end} were probed"
-        )
-    lo = start
+    lo, dead = start, 0
     while lo <= end:
         # Jump over empty stretches when the b-tree lets us.
         try:
@@ -438,8 +444,29 @@ def _iter_rows(src, table: str, columns: list[str], result: TableResult) -> Iter
         except sqlite3.DatabaseError:
             pass
         hi = min(lo + CHUNK - 1, end)
-        yield from _salvage(src, table, cols, lo, hi, result)
+        got = 0
+        for batch in _salvage(src, table, cols, lo, hi, result):
+            got += len(batch)
+            yield batch
+        dead = dead + 1 if got == 0 else 0
+        if blind and dead >= _BLIND_DEAD_WINDOWS:
+            result.unreadable = (
+                f"the end of the table could not be read; gave up {dead} unreadable windows "
+                f"after rowid {lo - 1 - (dead - 1) * CHUNK}"
+            )
+            return
         lo = hi + 1
+
+
+def _any_readable(src, table: str, start: int, end: int | None) -> bool:
+    probes = [start] + ([(start + end) // 2, end] if end is not None and end > start else [start + (1 << 20), 1 << 40])
+    for rowid in probes:
+        try:
+            src.execute(f'SELECT rowid FROM "{table}" NOT INDEXED WHERE rowid >= ? LIMIT 1', (rowid,)).fetchall()
+            return True
+        except sqlite3.DatabaseError:
+            continue
+    return False
 
 
 def _min_rowid_guess(src, table: str) -> int:
@@ -543,7 +570,11 @@ def _copy_all(src: sqlite3.Connection, staging: Path, report: RecoveryReport, pr
         raise NotADatabaseError(f"cannot list the tables of the source: {exc}") from exc
     head_order = [t.name for t in metadata.sorted_tables]
     names = [n for n in head_order if n in found and n != "schema_version"]
-    extras = sorted(n for n in found if n not in head_order and not fts_ddl.is_fts_object(n))
+    # alembic_version: the output is stamped by its own upgrade
+    extras = sorted(
+        n for n in found
+        if n not in head_order and n != "alembic_version" and not fts_ddl.is_fts_object(n)
+    )
 
     dst = _dest(staging)
     try:
@@ -584,9 +615,9 @@ def _copy_table(src, dst, name: str, sql: str, result: TableResult) -> None:
             if skip:
                 values = [v for v in values if not str(v[key_at]).startswith(_GENERATED_META_PREFIXES)]
             result.found += len(values)
-            before = dst.total_changes
-            dst.executemany(insert, values)
-            written = dst.total_changes - before
+            # rowcount counts the statement's own rows (total_changes would add the
+            # display-order triggers' updates)
+            written = max(dst.executemany(insert, values).rowcount, 0) if values else 0
             result.copied += written
             result.rejected += len(values) - written
         dst.execute("COMMIT")

@@ -394,7 +394,9 @@ def _write_markdown(records, out, meta, counts, tick) -> None:
 @dataclass
 class ImportReport:
     """What an import did. ``detached``: parent links dropped because the parent is in
-    neither the store nor the file; ``renumbered``: messages whose id was taken."""
+    neither the store nor the file; ``renumbered``: messages whose id was taken;
+    ``retitled``: sessions whose title another session already had (titles are unique),
+    imported as "<title> (imported)", "<title> (imported 2)", …"""
 
     format: str = ""
     sessions_added: int = 0
@@ -403,6 +405,7 @@ class ImportReport:
     messages_skipped: int = 0
     detached: int = 0
     renumbered: int = 0
+    retitled: int = 0
     ignored_fields: list[str] = field(default_factory=list)
     added_ids: list[str] = field(default_factory=list)
     skipped_ids: list[str] = field(default_factory=list)
@@ -434,15 +437,18 @@ def _open_text(path: Path) -> IO[str]:
 
 
 def _detect(path: Path) -> str:
-    """``jsonl`` when the first non-blank line is a whole JSON object, else ``json``."""
+    """``jsonl`` when the first non-blank line is a whole JSON object and another line
+    follows; ``json`` otherwise (a one-line file is the same either way)."""
     with _open_text(path) as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    return "jsonl" if isinstance(json.loads(line), dict) else "json"
-                except ValueError:
-                    return "json"
-    raise ImportFileError(f"{path} is empty: nothing to import")
+        lines = (line for line in fh if line.strip())
+        first = next(lines, None)
+        if first is None:
+            raise ImportFileError(f"{path} is empty: nothing to import")
+        try:
+            whole_object = isinstance(json.loads(first), dict)
+        except ValueError:
+            return "json"
+        return "jsonl" if whole_object and next(lines, None) is not None else "json"
 
 
 def _events(path: Path, fmt: str) -> Iterator[_Session | _Message]:
@@ -677,6 +683,8 @@ class _Importer:
         self.done = 0
         self.ignored: set[str] = set()
         self.pending_parents: dict[str, str] = {}
+        self.current: str | None = None  # the session being imported (for errors)
+        self.committed = 0  # sessions added and committed
 
     def run(self, events: Iterator[_Session | _Message]) -> None:
         try:
@@ -685,7 +693,11 @@ class _Importer:
             mapped = translate_error(exc, self.label)
             if mapped is not None:
                 raise mapped from exc
-            raise
+            raise ImportFileError(
+                f"import stopped at session {self.current!r}: the store refused a row "
+                f"({exc.orig}). The {self.committed} session(s) committed before it stay; fix "
+                "the file and import it again (sessions already present are skipped)."
+            ) from exc
         self.report.ignored_fields = sorted(self.ignored)
 
     def _run(self, events: Iterator[_Session | _Message]) -> None:
@@ -703,13 +715,14 @@ class _Importer:
                         self._flush(conn, buffer, current, recount)
                         if in_batch >= self.batch_size:
                             tx.commit()
+                            self.committed = self.report.sessions_added
                             conn.close()
                             conn = None
                             in_batch = 0
                     if conn is None:
                         conn = self.engine.connect()
                         tx = conn.begin()
-                    current = event.row["id"]
+                    current = self.current = event.row["id"]
                     skipping = not self._insert_session(conn, event)
                     recount = not event.native
                     continue
@@ -727,6 +740,7 @@ class _Importer:
                 self._flush(conn, buffer, current, recount)
                 self._link_parents(conn)
                 tx.commit()
+                self.committed = self.report.sessions_added
         finally:
             if conn is not None:
                 conn.close()
@@ -751,6 +765,7 @@ class _Importer:
         if values.get("started_at") is None:
             values["started_at"] = _dt.datetime.now().timestamp()
         self._ensure_prompt(conn, values, event.system_prompt)
+        self._unique_title(conn, values)
         parent = values.get("parent_session_id")
         if parent is not None and not self._session_exists(conn, parent):
             # Restored at the end if the parent turns up later in the file.
@@ -765,6 +780,19 @@ class _Importer:
         self.report.sessions_added += 1
         self.report.added_ids.append(sid)
         return True
+
+    def _unique_title(self, conn: Connection, values: dict) -> None:
+        title = values.get("title")
+        if not title:
+            return
+        sessions = schema.sessions
+        candidate, n = title, 1
+        while conn.execute(sa.select(sessions.c.id).where(sessions.c.title == candidate)).first() is not None:
+            candidate = f"{title} (imported)" if n == 1 else f"{title} (imported {n})"
+            n += 1
+        if candidate != title:
+            values["title"] = candidate
+            self.report.retitled += 1
 
     def _session_exists(self, conn: Connection, sid: str) -> bool:
         return conn.execute(sa.select(schema.sessions.c.id).where(schema.sessions.c.id == sid)).first() is not None

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from .. import migrate
 from .common import JsonOption, YesOption, confirm, out, state
 from .output import EXIT_PROBLEMS, human_bytes
 
@@ -27,6 +26,8 @@ def upgrade_command(
     json_flag: JsonOption = False,
 ) -> None:
     """Create or upgrade the database to REVISION (adopting a file upstream Hermes wrote)."""
+    from .. import migrate
+
     o = out(ctx, json_flag)
     path = state(ctx).db
     before = migrate.inspect_file(path)
@@ -67,6 +68,8 @@ def downgrade_command(
     json_flag: JsonOption = False,
 ) -> None:
     """Downgrade the database to REVISION (columns and tables newer than it are dropped)."""
+    from .. import migrate
+
     o = out(ctx, json_flag)
     path = state(ctx).db
     before = migrate.current(path)
@@ -86,6 +89,8 @@ def downgrade_command(
 @app.command("current")
 def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     """The database's revision (read-only)."""
+    from .. import migrate
+
     o = out(ctx, json_flag)
     path = state(ctx).db
     info = migrate.inspect_file(path)
@@ -110,6 +115,8 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 @app.command("history")
 def history_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     """Every revision, oldest first (revision 00NN = upstream schema version NN)."""
+    from .. import migrate
+
     o = out(ctx, json_flag)
     path = state(ctx).db
     current = migrate.inspect_file(path).revision if path.exists() else None
@@ -133,6 +140,8 @@ def history_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 @app.command("check")
 def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     """Is the database at head, with no drift from the expected schema? Exit 1 if not."""
+    from .. import migrate
+
     o = out(ctx, json_flag)
     path = state(ctx).db
     from .common import require_file

@@ -10,7 +10,7 @@ from typing import Annotated
 import sqlalchemy as sa
 import typer
 
-from .. import migrate, schema
+from .. import schema
 from ..errors import RECOVER_HINT
 from .common import JsonOption, open_store, out, require_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
@@ -36,6 +36,8 @@ def _read_engine(path: Path):
 
 def store_status(path: Path) -> dict:
     """What ``hermes-store status`` shows; read-only (a missing file is reported, not made)."""
+    from .. import migrate
+
     from ..recovery import journal_mode
 
     info = {
@@ -129,6 +131,8 @@ def _orphans(conn) -> dict[str, int]:
 
 def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
     """Every check, read-only. The FTS check needs the schema at head."""
+    from .. import migrate
+
     from ..recovery import file_health
 
     findings: list[Finding] = []

@@ -50,7 +50,8 @@ def recover_command(
             ],
             [
                 [
-                    t.name, t.found, t.copied, t.lost_estimate + t.rejected,
+                    t.name, t.found, t.copied,
+                    "?" if t.unreadable and not t.lost_ranges else t.lost_estimate + t.rejected,
                     ", ".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in t.lost_ranges[:5])
                     + (" …" if len(t.lost_ranges) > 5 else "")
                     + (t.unreadable or ""),

@@ -486,7 +486,7 @@ def _count_messages(path: Path, sid: str | None, source: str | None) -> int:
 
 IMPORT_KEYS = (
     "file", "format", "sessions_added", "sessions_skipped", "messages_added",
-    "messages_skipped", "detached", "renumbered", "ignored_fields",
+    "messages_skipped", "detached", "renumbered", "retitled", "ignored_fields",
 )
 
 
@@ -515,6 +515,8 @@ def import_command(
     )
     if report.detached:
         o.line(f"{report.detached} parent link(s) dropped: the parent is in neither the file nor the store.")
+    if report.retitled:
+        o.line(f"{report.retitled} session(s) had a title already in use and got an \"(imported)\" suffix.")
     if report.renumbered:
         o.line(f"{report.renumbered} message id(s) were taken and got new ids.")
     if report.ignored_fields:

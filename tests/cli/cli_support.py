@@ -1,0 +1,129 @@
+"""Shared by the CLI tests: stores at head made once per session, a CliRunner wrapper,
+row dumps for exact comparisons, and the 80-column check.
+
+Import the fixtures into a test module with ``from cli_support import *``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import copy_fixture
+from rich.cells import cell_len
+from typer.testing import CliRunner
+
+from hermes_store import migrate, transfer
+from hermes_store.cli import app
+
+__all__ = [
+    "head_templates",
+    "store",
+    "empty_store",
+    "native_store",
+    "cli",
+    "copy_db",
+    "rows",
+    "assert_fits",
+    "parse_json",
+    "flat",
+    "WIDTH",
+    "RICH_STORE",
+]
+
+WIDTH = 80
+#: the fixture with the most variety (lineage, CJK, tool calls, usage rows)
+RICH_STORE = "upstream-0.19.0-v22"
+
+
+def copy_db(src: Path, dest: Path) -> Path:
+    """Copy a database file with its WAL (if any) so the copy is the same database."""
+    shutil.copyfile(src, dest)
+    wal = Path(f"{src}-wal")
+    if wal.exists():
+        shutil.copyfile(wal, Path(f"{dest}-wal"))
+    dest.chmod(0o600)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def head_templates(tmp_path_factory) -> dict[str, Path]:
+    """Upgrading runs thirty revisions with fsyncs: do it once per session, copy after."""
+    folder = tmp_path_factory.mktemp("cli-templates")
+    rich = copy_fixture(RICH_STORE, folder)
+    migrate.upgrade(rich)
+    empty = folder / "empty.db"
+    migrate.upgrade(empty)
+    # The same rows in a file the migrations created (not adopted): schema checks that
+    # must pass on any head file use this one.
+    native = copy_db(empty, folder / "native.db")
+    export = folder / "rich.jsonl"
+    with open(export, "w", encoding="utf-8") as fh:
+        transfer.write_export(rich, fh, "jsonl")
+    transfer.import_file(native, export)
+    return {"rich": rich, "empty": empty, "native": native}
+
+
+@pytest.fixture
+def store(head_templates, tmp_path) -> Path:
+    """A private head store holding the 0.19.0 fixture's sessions."""
+    return copy_db(head_templates["rich"], tmp_path / "state.db")
+
+
+@pytest.fixture
+def native_store(head_templates, tmp_path) -> Path:
+    """The 0.19.0 fixture's rows imported into a store the migrations created."""
+    return copy_db(head_templates["native"], tmp_path / "native.db")
+
+
+@pytest.fixture
+def empty_store(head_templates, tmp_path) -> Path:
+    return copy_db(head_templates["empty"], tmp_path / "empty.db")
+
+
+class Cli:
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, db: Path | None, *args: str, input: str | None = None, env: dict | None = None):
+        argv = (["--db", str(db)] if db is not None else []) + [str(a) for a in args]
+        result = self.runner.invoke(
+            app, argv, input=input, env={"COLUMNS": str(WIDTH), "NO_COLOR": "1", **(env or {})}
+        )
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return Cli()
+
+
+def parse_json(result) -> dict:
+    """stdout of a --json run: exactly one JSON document."""
+    return json.loads(result.stdout)
+
+
+def flat(text: str) -> str:
+    """Text with line wrapping undone (rich wraps messages at 80 columns, and the
+    temporary paths in them differ in length from run to run)."""
+    return " ".join(text.split())
+
+
+def assert_fits(text: str, width: int = WIDTH) -> None:
+    wide = [line for line in text.splitlines() if cell_len(line) > width]
+    assert not wide, f"lines wider than {width} columns: {wide[:3]}"
+
+
+def rows(db: Path, table: str, order: str) -> list[dict]:
+    """Every row of ``table`` as dicts (all columns), in ``order``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY {order}")]
+    finally:
+        conn.close()
