@@ -167,3 +167,27 @@ def test_healthy_file_with_a_hot_wal_opens(tmp_path):
     with SessionDB(path) as db:
         assert db.message_count("s0") == 11
         assert db.search_messages("hot")
+
+
+def test_corrupt_full_text_index_does_not_stop_writes_or_searches(tmp_path):
+    """#50502: a corrupt FTS shadow table made every INSERT INTO messages fail while
+    PRAGMA integrity_check said "ok". The index is derived data: canonical writes go on,
+    search still answers, and rebuild_fts() restores it from `messages`."""
+    path = tmp_path / "state.db"
+    _good_store(path, sessions=1, messages=200)
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("UPDATE messages_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+    conn.close()
+    assert rs.sqlite_integrity(path) == []  # SQLite's own check cannot see it ...
+    assert rs.fts_problems(path) != []      # ... the FTS check can
+
+    with SessionDB(path) as db:
+        assert db.fts_integrity_check() != []
+        new_id = db.append_message("s0", role="user", content="written after the damage newword")
+        assert db.get_session("s0")["message_count"] == 201
+        assert new_id in [h["id"] for h in db.search_messages("newword")]
+        assert len(db.search_messages("session", limit=-1)) > 0
+        db.rebuild_fts()
+        assert db.fts_integrity_check() == []
+        assert new_id in [h["id"] for h in db.search_messages("newword")]
+    rs.assert_store_whole(path)
