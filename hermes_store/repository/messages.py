@@ -14,7 +14,10 @@ Storage conventions kept from upstream Hermes (other programs read the same file
   decoded on read; ``tool_calls``, ``reasoning_details`` and ``codex_*`` are JSON text,
   an empty value stored as NULL;
 * text never carries lone surrogates (replaced by U+FFFD: the driver cannot encode
-  them, and one would fail the whole write);
+  them, and one would fail the whole write) — text *arguments* are scrubbed alike, so an
+  id given with one reaches the stored row;
+* content of another type, or a JSON field ``json`` cannot encode, is refused
+  (``InvalidArgumentError``) before anything is written;
 * a JSON column holding text that is not JSON (another writer's bug) still reads:
   ``tool_calls`` falls back to ``[]``, the replay-only fields to ``None``, content to
   its raw text — each with a warning, never an exception.
@@ -22,6 +25,7 @@ Storage conventions kept from upstream Hermes (other programs read the same file
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -78,24 +82,42 @@ _CONVERSATION_COLUMNS = (
 
 # --------------------------------------------------------------------------- encoding
 
+def surrogate_free_args(method):
+    """Call ``method`` with lone surrogates replaced in its text arguments.
+
+    Stored text never holds them (see ``scrub_surrogates``), so a session id or filter
+    value given with one must be scrubbed the same way to reach the same rows, and the
+    driver could not bind it anyway.
+    """
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        args = tuple(scrub_surrogates(a) for a in args)
+        kwargs = {k: scrub_surrogates(v) for k, v in kwargs.items()}
+        return method(self, *args, **kwargs)
+
+    return call
+
+
 def encode_content(content: Any) -> Any:
     """The stored form of message content (see module docstring)."""
     if isinstance(content, str):
         return scrub_surrogates(content)
     if content is None or isinstance(content, (bytes, int, float)):
         return content
-    try:
-        # ensure_ascii (the default) escapes surrogates, so the text is always bindable
-        return CONTENT_JSON_PREFIX + json.dumps(content)
-    except (TypeError, ValueError):
-        return scrub_surrogates(str(content))  # storing something beats losing the turn
+    if not isinstance(content, (list, dict)):
+        raise InvalidArgumentError(
+            f"message content must be text, a list/dict of parts, a number or bytes (got "
+            f"{type(content).__name__}); convert it first. Nothing was written."
+        )
+    # ensure_ascii (the default) escapes surrogates, so the text is always bindable
+    return CONTENT_JSON_PREFIX + _dumps(content, "content")
 
 
 def decode_content(stored: Any) -> Any:
     if isinstance(stored, str) and stored.startswith(CONTENT_JSON_PREFIX):
         try:
             return json.loads(stored[len(CONTENT_JSON_PREFIX):])
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("message content carries the JSON marker but is not JSON; "
                         "returning the stored text")
     return stored
@@ -110,22 +132,25 @@ def content_preview(decoded: Any) -> str:
     return decoded if isinstance(decoded, str) else ""
 
 
-def _json_or_none(value: Any, field: str) -> str | None:
-    if not value:
-        return None
+def _dumps(value: Any, field: str) -> str:
     try:
         return json.dumps(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidArgumentError(
             f"{field} must be JSON-serializable (lists/dicts of str, numbers, bools, "
-            f"None): {exc}; nothing was written"
+            f"None): {reason}; nothing was written"
         ) from None
+
+
+def _json_or_none(value: Any, field: str) -> str | None:
+    return _dumps(value, field) if value else None
 
 
 def _load_json(text: Any, field: str, fallback: Any) -> Any:
     try:
         return json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         log.warning("messages.%s holds text that is not JSON; returning %r", field, fallback)
         return fallback
 
@@ -351,6 +376,7 @@ class MessagesMixin(RepositoryBase):
 
     # ------------------------------------------------------------------ writes
 
+    @surrogate_free_args
     def append_message(
         self,
         session_id: str,
@@ -403,6 +429,7 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    @surrogate_free_args
     def replace_messages(self, session_id: str, messages: list[dict],
                          active_only: bool = False) -> None:
         """Replace a session's transcript in one unit.
@@ -427,6 +454,7 @@ class MessagesMixin(RepositoryBase):
 
         self._write(unit)
 
+    @surrogate_free_args
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict]) -> int:
         """Compact in place without losing history; returns the number of rows inserted.
 
@@ -450,6 +478,7 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    @surrogate_free_args
     def set_latest_user_api_content(self, session_id: str, content: Any,
                                     api_content: str) -> int:
         """Store ``api_content`` on the newest active user row if its content equals
@@ -471,6 +500,7 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    @surrogate_free_args
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict:
         """Soft-delete a user message and everything after it (``active=0``).
 
@@ -513,6 +543,7 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    @surrogate_free_args
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Re-activate inactive rows with ``id >= since_message_id``; returns how many."""
 
@@ -526,6 +557,7 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    @surrogate_free_args
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session (active or not) and zero its counters.
         The session row stays; an unknown session is a no-op."""
@@ -538,6 +570,7 @@ class MessagesMixin(RepositoryBase):
 
     # ------------------------------------------------------------------ reads
 
+    @surrogate_free_args
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0) -> list[dict]:
         """The session's rows in insertion (id) order, every column, content and
@@ -554,6 +587,7 @@ class MessagesMixin(RepositoryBase):
             rows = conn.execute(stmt).all()
         return [_decoded_row(row) for row in rows]
 
+    @surrogate_free_args
     def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
                                      include_inactive: bool = False,
                                      repair_alternation: bool = False) -> list[dict]:
@@ -590,6 +624,7 @@ class MessagesMixin(RepositoryBase):
                 repair(messages)
         return messages
 
+    @surrogate_free_args
     def get_messages_around(self, session_id: str, around_message_id: int,
                             window: int = 5) -> dict:
         """Up to ``window`` messages either side of an anchor, active or not.
@@ -620,6 +655,7 @@ class MessagesMixin(RepositoryBase):
             "messages_after": len(after),
         }
 
+    @surrogate_free_args
     def get_anchored_view(self, session_id: str, around_message_id: int, window: int = 5,
                           bookend: int = 3,
                           keep_roles: Sequence[str] | None = ("user", "assistant")) -> dict:
@@ -657,6 +693,7 @@ class MessagesMixin(RepositoryBase):
         view["bookend_end"] = [_decoded_row(r) for r in reversed(tail)]
         return view
 
+    @surrogate_free_args
     def list_recent_user_messages(self, session_id: str, limit: int = 20,
                                   include_inactive: bool = False) -> list[dict]:
         """Newest user messages first as ``{"id", "timestamp", "preview"}`` (a rewind
@@ -676,6 +713,7 @@ class MessagesMixin(RepositoryBase):
             out.append({"id": row.id, "timestamp": row.timestamp, "preview": preview})
         return out
 
+    @surrogate_free_args
     def message_count(self, session_id: str | None = None) -> int:
         """Rows stored for a session (or in all sessions), rewound/archived included."""
         stmt = sa.select(sa.func.count()).select_from(M)
@@ -684,6 +722,7 @@ class MessagesMixin(RepositoryBase):
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
+    @surrogate_free_args
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether the session already stored the platform's message (retry dedupe)."""
         stmt = sa.select(sa.literal(1)).where(
@@ -692,6 +731,7 @@ class MessagesMixin(RepositoryBase):
         with self._read() as conn:
             return conn.execute(stmt).first() is not None
 
+    @surrogate_free_args
     def has_archived_messages(self, session_id: str) -> bool:
         """Whether the session has any inactive (rewound or compacted) row."""
         stmt = sa.select(sa.literal(1)).where(

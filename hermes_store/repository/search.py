@@ -32,6 +32,7 @@ from ..fts import query as fq
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 from .base import RepositoryBase
 from .messages import content_preview, decode_content
+from .values import scrub_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,9 @@ def _as_list(values: Any) -> list | None:
     if values is None:
         return None
     if isinstance(values, str):
-        return [values]
-    return list(values)
+        values = [values]
+    # stored text never holds lone surrogates (and the driver cannot bind them)
+    return [scrub_surrogates(v) for v in values]
 
 
 def _page(stmt, limit: int | None, offset: int):

@@ -153,6 +153,33 @@ def test_unserializable_json_field_writes_nothing(db, s1):
     assert db.get_messages(s1) == [] and counters(db, s1) == (0, 0)
 
 
+def _nested(depth):
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("bad", [
+    {"content": object()},  # upstream stored str(object): refused here instead
+    {"content": [{"data": {1, 2}}]},
+    {"tool_calls": _nested(100_000)},  # deeper than json can encode
+    {"reasoning_details": [b"bytes"]},
+])
+def test_unstorable_values_are_refused_and_write_nothing(db, db_path, s1, bad):
+    with pytest.raises(InvalidArgumentError, match="nothing was written|Nothing was written"):
+        db.append_message(s1, "assistant", **{"content": "x", **bad})
+    assert raw(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert counters(db, s1) == (0, 0)
+
+
+def test_surrogates_in_ids_reach_the_scrubbed_row(db, s1):
+    mid = db.append_message(s1, "user", "x", platform_message_id="p\ud800")
+    assert db.has_platform_message_id(s1, "p\ud800")  # stored as "p\ufffd"
+    assert db.get_messages("s1\ud800") == []  # no such session, and no encoding error
+    assert db.get_messages_around(s1, mid)["window"][0]["platform_message_id"] == "p\ufffd"
+
+
 def test_append_to_ended_session_does_not_reopen_it(db, s1):
     db.end_session(s1, "user_exit")
     db.append_message(s1, "user", "late")

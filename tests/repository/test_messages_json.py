@@ -62,3 +62,18 @@ def test_windows_and_search_read_broken_json(db, broken):
     assert [c["role"] for c in hit["context"]] == ["user", "assistant", "user"]
     assert hit["context"][2]["content"] == "\x00json:[{broken"
     assert db.list_recent_user_messages("s1")[0]["preview"] == "\x00json:[{broken"
+
+
+def test_json_too_deep_to_decode_still_reads(db, db_path):
+    db.create_session("s1", "cli")
+    mid = db.append_message("s1", "assistant", "deep", tool_calls=[{"id": "c"}])
+    deep = "[" * 50_000 + "]" * 50_000  # valid JSON, beyond Python's recursion limit
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("UPDATE messages SET tool_calls = ?, reasoning_details = ?, content = ? "
+                     "WHERE id = ?", (deep, deep, "\x00json:" + deep, mid))
+    conn.close()
+    (msg,) = db.get_messages("s1")
+    assert msg["tool_calls"] == [] and msg["content"] == "\x00json:" + deep
+    (turn,) = db.get_messages_as_conversation("s1")
+    assert turn["tool_calls"] == [] and turn["reasoning_details"] is None

@@ -140,6 +140,14 @@ def test_exclude_sources(db, corpus):
     assert len(db.search_messages("docker", exclude_sources=[])) == 3  # empty: no exclusion
 
 
+def test_filter_values_with_lone_surrogates_match_like_stored_text(db, corpus):
+    db.create_session("odd", "src\ud800")  # stored as "src\ufffd"
+    odd = db.append_message("odd", "user", "docker elsewhere")
+    assert ids(db.search_messages("docker", source_filter=["src\ud800"])) == [odd]
+    assert ids(db.search_messages("docker", role_filter=["\ud800"])) == []
+    assert odd not in ids(db.search_messages("docker", exclude_sources=["src\ud800"]))
+
+
 def test_role_filter(db, corpus):
     assert set(ids(db.search_messages("docker", role_filter=["user"]))) == {
         corpus["q"], corpus["tg"]}
