@@ -665,30 +665,27 @@ class MessagesMixin(RepositoryBase):
         ``bookend_start``/``bookend_end`` are the first/last ``bookend`` non-empty
         messages of those roles outside the window (``keep_roles=None``: any role).
         """
-        view = self.get_messages_around(session_id, around_message_id, window=window)
-        view.update(bookend_start=[], bookend_end=[])
-        rows = view["window"]
-        if not rows:
-            return view
+        bookend = max(0, int(bookend))
+        nonempty = [M.c.session_id == session_id, sa.func.length(M.c.content) > 0]
+        if keep_roles is not None:
+            nonempty.append(M.c.role.in_(list(keep_roles)))
+        with self._read() as conn:  # one snapshot: get_messages_around joins it
+            view = self.get_messages_around(session_id, around_message_id, window=window)
+            rows = view["window"]
+            head = tail = []
+            if rows and bookend:
+                head = conn.execute(
+                    sa.select(M).where(*nonempty, M.c.id < rows[0]["id"])
+                    .order_by(M.c.id).limit(bookend)
+                ).all()
+                tail = conn.execute(
+                    sa.select(M).where(*nonempty, M.c.id > rows[-1]["id"])
+                    .order_by(M.c.id.desc()).limit(bookend)
+                ).all()
         if keep_roles is not None:
             keep = set(keep_roles)
             view["window"] = [m for m in rows
                               if m["id"] == around_message_id or m["role"] in keep]
-        bookend = max(0, int(bookend))
-        if bookend == 0:
-            return view
-        nonempty = [M.c.session_id == session_id, sa.func.length(M.c.content) > 0]
-        if keep_roles is not None:
-            nonempty.append(M.c.role.in_(list(keep_roles)))
-        with self._read() as conn:
-            head = conn.execute(
-                sa.select(M).where(*nonempty, M.c.id < rows[0]["id"])
-                .order_by(M.c.id).limit(bookend)
-            ).all()
-            tail = conn.execute(
-                sa.select(M).where(*nonempty, M.c.id > rows[-1]["id"])
-                .order_by(M.c.id.desc()).limit(bookend)
-            ).all()
         view["bookend_start"] = [_decoded_row(r) for r in head]
         view["bookend_end"] = [_decoded_row(r) for r in reversed(tail)]
         return view
