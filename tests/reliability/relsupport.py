@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterable
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "workers"
@@ -221,16 +220,6 @@ def assert_store_whole(path: Path) -> None:
 
 # --------------------------------------------------------------------------- store internals
 
-def write_units_of(db):
-    """The WriteUnits runner behind a SessionDB (it keeps the `retries` counter)."""
-    from hermes_store.engine import WriteUnits
-
-    for value in vars(db).values():
-        if isinstance(value, WriteUnits):
-            return value
-    raise AssertionError("SessionDB exposes no WriteUnits instance")
-
-
 def engine_of(db):
     from sqlalchemy.engine import Engine
 
@@ -238,10 +227,6 @@ def engine_of(db):
         if isinstance(value, Engine):
             return value
     raise AssertionError("SessionDB exposes no Engine")
-
-
-def pragma_values(conn: sqlite3.Connection, names: Iterable[str]) -> dict:
-    return {n: conn.execute(f"PRAGMA {n}").fetchone()[0] for n in names}
 
 
 # --------------------------------------------------------------------------- fast fresh stores
