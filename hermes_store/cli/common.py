@@ -49,14 +49,17 @@ def require_file(path: Path) -> None:
 def open_store(path: Path, *, write: bool = False) -> Iterator:
     """A SessionDB on ``path``; closed on exit.
 
-    Opening adopts and upgrades an older file (decision D5), exactly as Hermes itself
-    would; a missing file is created only for commands that write.
+    Commands that only read open it read-only: they never change the file, so a
+    store below head is refused with the command to run (``db upgrade``) instead of
+    being upgraded behind the operator's back. Commands that write open it normally,
+    which adopts and upgrades an older file first (decision D5) and creates a
+    missing one.
     """
     from ..store import SessionDB
 
     if not write:
         require_file(path)
-    db = SessionDB(path)
+    db = SessionDB(path, read_only=not write)
     try:
         yield db
     finally:

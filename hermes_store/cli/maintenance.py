@@ -175,7 +175,9 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
             findings.append(Finding("counters", "problem", f"{len(mismatched)} session(s) with a wrong message_count: {sample}", fixable=True))
         else:
             findings.append(Finding("counters", "ok", "message counts match the rows"))
-        with open_store(path) as db:
+        # FTS5's integrity-check is an INSERT: it needs a writable handle (at head, so
+        # opening changes nothing).
+        with open_store(path, write=True) as db:
             fts_problems = db.fts_integrity_check()
         if fts_problems:
             findings.append(Finding("fts", "problem", "; ".join(fts_problems[:3]), fixable=True))

@@ -13,7 +13,7 @@ import typer
 
 from .. import schema
 from ..errors import SessionNotFoundError
-from .common import JsonOption, YesOption, confirm, open_store, out, state
+from .common import JsonOption, YesOption, confirm, open_store, out, require_file, state
 from .output import human_bytes, one_line, when
 
 app = typer.Typer(help="List, inspect, rename, delete, prune, export and import sessions.", no_args_is_help=True)
@@ -392,7 +392,7 @@ def stats_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     """Totals by source and by model: sessions, messages, tokens, cost."""
     o = out(ctx, json_flag)
     path = state(ctx).db
-    with open_store(path):  # brings an older file to head first, like every command
+    with open_store(path):  # refuses a store below head, with the command to run
         pass
     data = _stats(path)
     if o.json_mode:
@@ -439,8 +439,12 @@ def export_command(
         raise typer.BadParameter(f"{fmt!r}: choose json, jsonl or md", param_hint="--format")
     o = out(ctx, json_flag)
     path = state(ctx).db
-    with open_store(path) as db:
-        sid = resolve(db, ref) if ref else None
+    sid = None
+    if ref:
+        with open_store(path) as db:
+            sid = resolve(db, ref)
+    else:
+        require_file(path)  # the export itself reads any schema version, read-only
     total = _count_messages(path, sid, source)
 
     to_stdout = output_path is None or str(output_path) == "-"

@@ -194,3 +194,17 @@ def test_import_of_a_malformed_file_writes_nothing(cli, empty_store, tmp_path):
     assert "bad.jsonl:2" in "".join(result.stderr.split())
     with SessionDB(empty_store) as db:
         assert db.get_session("a") is None
+
+
+def test_read_commands_never_upgrade_an_old_store(cli, tmp_path):
+    from conftest import copy_fixture
+
+    db = copy_fixture("upstream-0.18.0-v17", tmp_path)
+    before = db.read_bytes()
+    for args in (["sessions", "list"], ["sessions", "show", "x"], ["search", "docker"], ["sessions", "stats"]):
+        result = cli(db, *args)
+        assert result.exit_code == 5, (args, result.output)
+        assert "db upgrade" in flat(result.stderr)
+    exported = cli(db, "sessions", "export", "--format", "jsonl")
+    assert exported.exit_code == 0 and exported.stdout.startswith('{"hermes_store_export":1')
+    assert db.read_bytes() == before
