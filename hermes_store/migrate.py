@@ -312,15 +312,13 @@ def upgrade(
 ) -> str | None:
     """Upgrade (adopting first if needed) a file to ``revision``; returns the new revision.
 
-    A missing file is created (with its directory). A file already at the target is
+    A missing file is created, owner-only (with its directory). A file already at the target is
     left alone, even when it is read-only.
     """
     p = _resolve(path)
     state = inspect_file(p)
     if state.kind == "alembic" and _is_at(state.revision, revision):
         return state.revision
-    if state.kind == "missing":
-        p.parent.mkdir(parents=True, exist_ok=True)
     with sqlite_errors(p):
         command.upgrade(config(p, progress=progress), revision)
     return inspect_file(p).revision

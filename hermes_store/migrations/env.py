@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from logging.config import fileConfig
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def run_on_file(path: Path) -> None:
             "or run as the user that owns it"
         )
     if state.kind == "missing":
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private_file(path)
     with migrate.migration_lock(path):
         migrate.inspect_file(path)  # again: another process may have migrated it meanwhile
         engine = writer(create_engine(path, poolclass=sa.pool.NullPool))
@@ -137,6 +138,15 @@ def run_on_file(path: Path) -> None:
                 run_on_connection(connection, path)
         finally:
             engine.dispose()
+
+
+def _create_private_file(path: Path) -> None:
+    # A state.db holds private conversations: owner-only from the first byte (D8).
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # another process created it meanwhile
 
 
 @contextlib.contextmanager

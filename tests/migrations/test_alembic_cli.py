@@ -66,3 +66,10 @@ def test_cli_refuses_a_newer_file_with_a_clear_message_and_leaves_it_alone(tmp_p
     assert "newer" in result.stderr and "not changed" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert file_digest(db) == before
+
+
+def test_a_database_the_cli_creates_is_private_to_its_owner(tmp_path):
+    db = tmp_path / "new" / "state.db"
+    result = run_alembic("upgrade", "0001", db=db, home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert db.stat().st_mode & 0o777 == 0o600
