@@ -36,6 +36,11 @@ T = TypeVar("T")
 BEGIN_MODE = "hermes_begin"
 #: seconds SQLite's busy handler waits for a lock before reporting SQLITE_BUSY
 DEFAULT_BUSY_TIMEOUT = 1.0
+#: bytes a -wal file is cut back to after a checkpoint reset it (64 MiB)
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
+#: a non-empty -wal at open is verified with quick_check up to this database size;
+#: beyond it the full scan would make every open slow, so only the schema is read
+WAL_QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024
 #: messages SQLite gives when a filesystem cannot do WAL's shared memory (NFS/SMB/FUSE)
 _WAL_REFUSED = ("locking protocol", "not authorized")
 
@@ -102,6 +107,9 @@ def create_engine(
             if not read_only:
                 # FULL: a commit that returned survives power loss (upstream's setting).
                 cur.execute("PRAGMA synchronous=FULL")
+                # After a checkpoint that reset the log, shrink a -wal that a long
+                # reader let grow, instead of keeping its peak size on disk forever.
+                cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         finally:
             cur.close()
         if journal_mode == "WAL" and not read_only:
@@ -284,6 +292,14 @@ def vacuum(engine: Engine, label: object) -> None:
         raise
 
 
+def _wal_needs_verifying(path: Path) -> bool:
+    wal = Path(f"{path}-wal")
+    try:
+        return wal.stat().st_size > 0 and path.stat().st_size <= WAL_QUICK_CHECK_MAX_BYTES
+    except FileNotFoundError:
+        return False
+
+
 def probe_database(path: str | os.PathLike) -> None:
     """Read the file's header and schema through a read-only connection.
 
@@ -301,6 +317,12 @@ def probe_database(path: str | os.PathLike) -> None:
         raise DatabaseDamagedError(f"{path} cannot be opened ({exc}); {RECOVER_HINT}") from exc
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if _wal_needs_verifying(Path(path)):
+            # A -wal left by a crash (or copied in from another file) is replayed on
+            # read; a foreign one shows up only as damage in the pages it overlays.
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(problems))
     except sqlite3.DatabaseError as exc:
         name = getattr(exc, "sqlite_errorname", "")
         if name == "SQLITE_NOTADB" or "not a database" in str(exc):

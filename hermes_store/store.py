@@ -41,6 +41,7 @@ from .repository.search import SearchMixin
 from .repository.sessions import SessionsMixin
 from .repository.titles import TitlesMixin
 from .repository.usage import UsageMixin
+from .repository.values import scrub_surrogates
 
 #: the upstream schema version a head file carries
 SCHEMA_VERSION = schema.SCHEMA_VERSION
@@ -71,6 +72,19 @@ def _create_private_file(path: Path) -> None:
     except FileExistsError:
         return  # created meanwhile by another process: use it as found
     os.close(fd)
+
+
+def _make_private(path: Path) -> None:
+    """Take group/other access away from a database we own (it holds whole
+    conversations); SQLite gives new -wal/-shm files the database's mode."""
+    for suffix in ("", "-wal", "-shm"):
+        candidate = Path(f"{path}{suffix}")
+        try:
+            st = candidate.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            candidate.chmod(st.st_mode & 0o700)
 
 
 def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
@@ -130,6 +144,8 @@ class SessionDB(
             if not auto_upgrade:
                 raise SchemaOutOfDateError(f"{path} does not exist: {_upgrade_hint(path)}")
             _create_private_file(path)
+        elif not self.read_only:
+            _make_private(path)
         probe_database(path)
         ensure_schema(path, auto_upgrade=auto_upgrade, read_only=self.read_only)
         engine = create_engine(path, read_only=self.read_only, busy_timeout=retry.busy_timeout)
@@ -168,12 +184,26 @@ class SessionDB(
         return f"SessionDB({str(self.db_path)!r}, {state})"
 
 
+def _scrub_argument(value):
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return type(value)(scrub_surrogates(v) for v in value)
+    return scrub_surrogates(value)
+
+
 def _guarded(method):
-    """Raise ``StoreClosedError`` before running ``method`` on a closed store, even
-    when the method would have returned early without touching the database."""
+    """The API boundary of every public method:
+
+    * raise ``StoreClosedError`` on a closed store, even when the method would have
+      returned early without touching the database;
+    * replace lone surrogates in text arguments (and lists of text): stored text never
+      holds them, so ids and filters must be scrubbed the same way to reach the same
+      rows, and the driver could not bind them anyway.
+    """
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         self._require_open()
+        args = tuple(_scrub_argument(a) for a in args)
+        kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
         return method(self, *args, **kwargs)
 
     return call

@@ -25,7 +25,6 @@ Storage conventions kept from upstream Hermes (other programs read the same file
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -81,22 +80,6 @@ _CONVERSATION_COLUMNS = (
 
 
 # --------------------------------------------------------------------------- encoding
-
-def surrogate_free_args(method):
-    """Call ``method`` with lone surrogates replaced in its text arguments.
-
-    Stored text never holds them (see ``scrub_surrogates``), so a session id or filter
-    value given with one must be scrubbed the same way to reach the same rows, and the
-    driver could not bind it anyway.
-    """
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        args = tuple(scrub_surrogates(a) for a in args)
-        kwargs = {k: scrub_surrogates(v) for k, v in kwargs.items()}
-        return method(self, *args, **kwargs)
-
-    return call
-
 
 def encode_content(content: Any) -> Any:
     """The stored form of message content (see module docstring)."""
@@ -376,7 +359,6 @@ class MessagesMixin(RepositoryBase):
 
     # ------------------------------------------------------------------ writes
 
-    @surrogate_free_args
     def append_message(
         self,
         session_id: str,
@@ -429,7 +411,6 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
-    @surrogate_free_args
     def replace_messages(self, session_id: str, messages: list[dict],
                          active_only: bool = False) -> None:
         """Replace a session's transcript in one unit.
@@ -454,7 +435,6 @@ class MessagesMixin(RepositoryBase):
 
         self._write(unit)
 
-    @surrogate_free_args
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict]) -> int:
         """Compact in place without losing history; returns the number of rows inserted.
 
@@ -478,7 +458,6 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
-    @surrogate_free_args
     def set_latest_user_api_content(self, session_id: str, content: Any,
                                     api_content: str) -> int:
         """Store ``api_content`` on the newest active user row if its content equals
@@ -500,7 +479,6 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
-    @surrogate_free_args
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict:
         """Soft-delete a user message and everything after it (``active=0``).
 
@@ -543,7 +521,6 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
-    @surrogate_free_args
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Re-activate inactive rows with ``id >= since_message_id``; returns how many."""
 
@@ -557,7 +534,6 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
-    @surrogate_free_args
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session (active or not) and zero its counters.
         The session row stays; an unknown session is a no-op."""
@@ -570,7 +546,6 @@ class MessagesMixin(RepositoryBase):
 
     # ------------------------------------------------------------------ reads
 
-    @surrogate_free_args
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0) -> list[dict]:
         """The session's rows in insertion (id) order, every column, content and
@@ -587,7 +562,6 @@ class MessagesMixin(RepositoryBase):
             rows = conn.execute(stmt).all()
         return [_decoded_row(row) for row in rows]
 
-    @surrogate_free_args
     def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
                                      include_inactive: bool = False,
                                      repair_alternation: bool = False) -> list[dict]:
@@ -624,7 +598,6 @@ class MessagesMixin(RepositoryBase):
                 repair(messages)
         return messages
 
-    @surrogate_free_args
     def get_messages_around(self, session_id: str, around_message_id: int,
                             window: int = 5) -> dict:
         """Up to ``window`` messages either side of an anchor, active or not.
@@ -655,7 +628,6 @@ class MessagesMixin(RepositoryBase):
             "messages_after": len(after),
         }
 
-    @surrogate_free_args
     def get_anchored_view(self, session_id: str, around_message_id: int, window: int = 5,
                           bookend: int = 3,
                           keep_roles: Sequence[str] | None = ("user", "assistant")) -> dict:
@@ -690,7 +662,6 @@ class MessagesMixin(RepositoryBase):
         view["bookend_end"] = [_decoded_row(r) for r in reversed(tail)]
         return view
 
-    @surrogate_free_args
     def list_recent_user_messages(self, session_id: str, limit: int = 20,
                                   include_inactive: bool = False) -> list[dict]:
         """Newest user messages first as ``{"id", "timestamp", "preview"}`` (a rewind
@@ -710,7 +681,6 @@ class MessagesMixin(RepositoryBase):
             out.append({"id": row.id, "timestamp": row.timestamp, "preview": preview})
         return out
 
-    @surrogate_free_args
     def message_count(self, session_id: str | None = None) -> int:
         """Rows stored for a session (or in all sessions), rewound/archived included."""
         stmt = sa.select(sa.func.count()).select_from(M)
@@ -719,7 +689,6 @@ class MessagesMixin(RepositoryBase):
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
-    @surrogate_free_args
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether the session already stored the platform's message (retry dedupe)."""
         stmt = sa.select(sa.literal(1)).where(
@@ -728,7 +697,6 @@ class MessagesMixin(RepositoryBase):
         with self._read() as conn:
             return conn.execute(stmt).first() is not None
 
-    @surrogate_free_args
     def has_archived_messages(self, session_id: str) -> bool:
         """Whether the session has any inactive (rewound or compacted) row."""
         stmt = sa.select(sa.literal(1)).where(
