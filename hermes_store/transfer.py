@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import io
 import json
 import os
 from dataclasses import asdict, dataclass, field
