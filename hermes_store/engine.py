@@ -177,20 +177,38 @@ def is_busy_error(exc: BaseException) -> bool:
 
 
 def translate_error(exc: BaseException, path: object) -> BaseException | None:
-    """Map a driver error to the package's own error, or None to re-raise as is."""
-    from .errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError, StoreFullError
+    """Map a driver error to the package's own error (which says what to do), or
+    None to re-raise as is. The one place that reads SQLite's result codes."""
+    from . import errors
 
     name = sqlite_error_name(exc)
     text = str(getattr(exc, "orig", exc))
+    if is_busy_error(exc):
+        return errors.StoreBusyError(
+            path, 1, "another process holds a write lock; close other Hermes processes "
+            "using this file or retry later"
+        )
     if name == "SQLITE_FULL" or "database or disk is full" in text:
-        return StoreFullError(
+        return errors.StoreFullError(
             f"{path}: the disk (or the database's page limit) is full; the write was rolled "
             "back and nothing was stored. Free space and retry."
         )
     if name == "SQLITE_NOTADB" or "file is not a database" in text:
-        return NotADatabaseError(f"{path} is not a SQLite database ({text}); {RECOVER_HINT}")
+        return errors.NotADatabaseError(
+            f"{path} is not a SQLite database ({text}); it was left untouched. If it is a "
+            f"damaged state.db, {errors.RECOVER_HINT}"
+        )
     if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
-        return DatabaseDamagedError(f"{path} is damaged ({text}); {RECOVER_HINT}")
+        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {errors.RECOVER_HINT}")
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+        return errors.DatabaseAccessError(
+            f"{path} is read-only ({text}); make the file and its directory writable, or "
+            "run as the user that owns them"
+        )
+    if name.startswith("SQLITE_CANTOPEN"):
+        return errors.DatabaseAccessError(
+            f"cannot open {path} ({text}); check that the directory exists and is writable"
+        )
     return None
 
 

@@ -44,11 +44,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.pool import StaticPool
 
 from . import errors
+from .engine import translate_error
 from .paths import default_db_path
 
 #: the packaged Alembic scripts (env.py, versions/)
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: ``progress(revision, description)`` is called after each applied step
 Progress = Callable[[str, str], None]
@@ -207,21 +207,15 @@ def inspect_file(path: str | os.PathLike) -> FileState:
         return FileState(p, "missing", None, None, os.access(_existing_parent(p), os.W_OK))
     if p.is_dir():
         raise errors.NotADatabaseError(f"{p} is a directory, not a database file")
-    try:
-        with open(p, "rb") as fh:
-            header = fh.read(100)
-    except PermissionError as exc:
+    # Never open() the file ourselves: closing a descriptor drops the POSIX locks every
+    # SQLite connection of this process holds on it. SQLite reads the header instead.
+    if not os.access(p, os.R_OK):
         raise errors.DatabaseAccessError(
-            f"cannot read {p} ({exc.strerror}); fix its permissions or run as its owner"
-        ) from exc
-    writable = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK)
-    if not header:
-        return FileState(p, "empty", None, None, writable)
-    if not header.startswith(_SQLITE_MAGIC):
-        raise errors.NotADatabaseError(
-            f"{p} is not a SQLite database (its header is not SQLite's); if it was a "
-            f"state.db its header is destroyed: {errors.RECOVER_HINT}"
+            f"cannot read {p} (permission denied); fix its permissions or run as its owner"
         )
+    writable = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK)
+    if p.stat().st_size == 0:
+        return FileState(p, "empty", None, None, writable)
     with sqlite_errors(p):
         conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
         try:
@@ -231,6 +225,23 @@ def inspect_file(path: str | os.PathLike) -> FileState:
         finally:
             conn.close()
     return FileState(p, kind, revision, version, writable)
+
+
+def verify_sound(path: str | os.PathLike) -> None:
+    """Refuse to migrate a damaged file: ``PRAGMA quick_check`` through a read-only
+    connection. A migration rewrites tables and indexes, so running it over damage
+    would spread the damage and write to a file that ``recover`` should read."""
+    p = Path(path)
+    with sqlite_errors(p):
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+        finally:
+            conn.close()
+    if problems != ["ok"]:
+        raise errors.DatabaseDamagedError(
+            f"{p} is damaged ({'; '.join(problems)}); it was not migrated. {errors.RECOVER_HINT}"
+        )
 
 
 def _existing_parent(p: Path) -> Path:
@@ -262,39 +273,10 @@ def sqlite_errors(path: object) -> Iterator[None]:
     try:
         yield
     except (sqlite3.Error, sa.exc.DBAPIError) as exc:
-        translated = translate_sqlite_error(exc, path)
+        translated = translate_error(exc, path)
         if translated is None:
             raise
         raise translated from exc
-
-
-def translate_sqlite_error(exc: BaseException, path: object) -> errors.HermesStoreError | None:
-    orig = getattr(exc, "orig", exc)
-    name = getattr(orig, "sqlite_errorname", "") or ""
-    text = str(orig)
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
-        return errors.StoreBusyError(
-            path, 1, "another process holds a write lock; close other Hermes processes "
-            "using this file or retry later"
-        )
-    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
-        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {errors.RECOVER_HINT}")
-    if name == "SQLITE_NOTADB" or "file is not a database" in text:
-        return errors.NotADatabaseError(
-            f"{path} is not a SQLite database ({text}); {errors.RECOVER_HINT}"
-        )
-    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
-        return errors.DatabaseAccessError(
-            f"{path} is read-only ({text}); make the file and its directory writable, or "
-            "run as the user that owns them"
-        )
-    if name.startswith("SQLITE_FULL"):
-        return errors.StoreFullError(f"the disk holding {path} is full; free space and retry")
-    if name.startswith("SQLITE_CANTOPEN"):
-        return errors.DatabaseAccessError(
-            f"cannot open {path} ({text}); check that the directory exists and is writable"
-        )
-    return None
 
 
 # --------------------------------------------------------------------------- commands
@@ -390,13 +372,71 @@ def check(path: str | os.PathLike | None = None) -> CheckResult:
                     # SQLite can't reflect expression indexes; the golden sqlite_master
                     # test covers them instead.
                     warnings.filterwarnings("ignore", message=".*expression-based index")
-                    drift = [repr(d) for d in compare_metadata(ctx, metadata)]
+                    diffs = compare_metadata(ctx, metadata)
+                drift = [_describe(d) for d in _without_fk_artefacts(conn, diffs)]
         finally:
             engine.dispose()
     return CheckResult(state.revision, head(), drift)
 
 
 # --------------------------------------------------------------------------- autogenerate
+
+
+def _fk_key(fk) -> tuple:
+    return (
+        fk.parent.name,
+        tuple(c.name for c in fk.columns),
+        fk.referred_table.name,
+        tuple(e.column.name for e in fk.elements),
+    )
+
+
+def _without_fk_artefacts(conn, diffs: list) -> list:
+    """Drop remove_fk/add_fk pairs that describe the same key.
+
+    SQLAlchemy's SQLite reflection loses ``ON DELETE`` of a key declared inline
+    (``session_id TEXT REFERENCES sessions(id) ON DELETE CASCADE``, as upstream
+    writes it), so every adopted file would show a false difference. SQLite's own
+    ``PRAGMA foreign_key_list`` is the authority: when it agrees with the metadata,
+    the pair is not drift.
+    """
+    removed = {_fk_key(d[1]): d for d in diffs if d[0] == "remove_fk"}
+    artefacts = []
+    for d in diffs:
+        if d[0] != "add_fk" or _fk_key(d[1]) not in removed:
+            continue
+        fk = d[1]
+        table, cols, ref, ref_cols = _fk_key(fk)
+        actual = {
+            (tuple([r[3]]), r[2], tuple([r[4]]), (r[6] or "NO ACTION").upper())
+            for r in conn.exec_driver_sql(f'PRAGMA foreign_key_list("{table}")')
+        }
+        if (cols, ref, ref_cols, (fk.ondelete or "NO ACTION").upper()) in actual:
+            artefacts += [d, removed[_fk_key(fk)]]
+    return [d for d in diffs if not any(d is a for a in artefacts)]
+
+
+def _describe(diff) -> str:
+    """One readable line per autogenerate difference."""
+    if isinstance(diff, list):  # column modifications come as a list of tuples
+        return "; ".join(_describe(d) for d in diff)
+    kind, *rest = diff
+    if kind in ("add_table", "remove_table"):
+        return f"{kind} {rest[0].name}"
+    if kind in ("add_column", "remove_column"):
+        return f"{kind} {rest[1]}.{rest[2].name}"
+    if kind in ("add_index", "remove_index"):
+        ix = rest[0]
+        return f"{kind} {ix.name} on {ix.table.name}({', '.join(c.name for c in ix.columns)})"
+    if kind in ("add_fk", "remove_fk"):
+        table, cols, ref, ref_cols = _fk_key(rest[0])
+        on_delete = f" ON DELETE {rest[0].ondelete}" if rest[0].ondelete else ""
+        return f"{kind} {table}({', '.join(cols)}) -> {ref}({', '.join(ref_cols)}){on_delete}"
+    if kind.startswith("modify_"):
+        _, table, column, _info, old, new = rest
+        return f"{kind} {table}.{column}: {old!r} -> {new!r}"
+    return f"{kind} {rest!r}"
+
 
 #: tables upstream creates lazily with their own versioning (not part of our schema)
 _UPSTREAM_LAZY_TABLES = ("telegram_dm_topic_",)

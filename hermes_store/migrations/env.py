@@ -131,13 +131,27 @@ def run_on_file(path: Path) -> None:
     if state.kind == "missing":
         _create_private_file(path)
     with migrate.migration_lock(path):
-        migrate.inspect_file(path)  # again: another process may have migrated it meanwhile
+        state = migrate.inspect_file(path)  # again: another process may have migrated it
+        if _will_rewrite(state):
+            migrate.verify_sound(path)
         engine = writer(create_engine(path, poolclass=sa.pool.NullPool))
         try:
             with engine.connect() as connection:
                 run_on_connection(connection, path)
         finally:
             engine.dispose()
+
+
+def _will_rewrite(state) -> bool:
+    """Whether this run changes an existing file (then it must be sound first)."""
+    if state.kind not in ("upstream", "alembic"):
+        return False
+    at_head_already = (
+        state.kind == "alembic"
+        and state.revision == migrate.head()
+        and context.get_revision_argument() in ("head", "heads", migrate.head())
+    )
+    return not at_head_already
 
 
 def _create_private_file(path: Path) -> None:

@@ -98,3 +98,29 @@ def test_sqlite_master_matches_the_golden_snapshot(head_file):
         if exp[k] != act[k]
     ]
     assert not problems, "\n".join(problems) + "\n\n" + HOW_TO_UPDATE
+
+
+@pytest.mark.parametrize("stem", ["upstream-0.19.0-v22", "upstream-0.13.0-to-0.19.0-v22"])
+def test_check_reports_an_adopted_upstream_file_as_clean(tmp_path, stem):
+    # Upstream declares session_model_usage's key inline with ON DELETE CASCADE, which
+    # SQLAlchemy's reflection drops: that must not read as drift on every adopted file.
+    from conftest import copy_fixture
+
+    path = copy_fixture(stem, tmp_path)
+    migrate.upgrade(path)
+    assert migrate.check(path).drift == []
+
+
+def test_check_reports_real_drift_readably(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    migrate.upgrade(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP INDEX idx_sessions_source")
+        conn.execute("CREATE TABLE scratch (x)")
+    conn.close()
+    assert sorted(migrate.check(path).drift) == [
+        "add_index idx_sessions_source on sessions(source)",
+        "remove_table scratch",
+    ]

@@ -123,3 +123,34 @@ def test_a_file_at_head_is_left_alone_even_when_read_only(tmp_path):
     before = file_digest(db)
     assert migrate.upgrade(db) == migrate.head()
     assert file_digest(db) == before
+
+
+def _overwrite_data_pages(path, count=3):
+    """Random bytes over a few pages past the schema: sqlite_master still reads, the
+    tables do not — the damage upstream files really show after a torn write."""
+    import random
+
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big") or 65536
+    pages = len(data) // page
+    rng = random.Random(7)
+    for n in range(pages // 2, pages // 2 + count):
+        data[n * page:(n + 1) * page] = rng.randbytes(page)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("entry", ["migrate", "sessiondb"])
+def test_a_damaged_upstream_file_is_refused_before_adoption_writes(tmp_path, entry):
+    from conftest import copy_fixture
+
+    from hermes_store import SessionDB
+
+    path = copy_fixture("upstream-0.19.0-v22", tmp_path)
+    _overwrite_data_pages(path)
+    before = file_digest(path)
+    with pytest.raises(errors.DatabaseDamagedError, match="hermes-store recover"):
+        if entry == "migrate":
+            migrate.upgrade(path)
+        else:
+            SessionDB(path)
+    assert file_digest(path) == before
