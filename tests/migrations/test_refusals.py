@@ -3,9 +3,11 @@ and the file byte-for-byte unchanged."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
+import subprocess
 import threading
 
 import pytest
@@ -92,17 +94,34 @@ def test_a_locked_file_gives_a_busy_error_and_stays_unchanged(tmp_path):
     assert migrate.current(db) == "0019"  # still un-adopted: nothing was half-written
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any file: no read-only file to test")
+@contextlib.contextmanager
+def _read_only(path):
+    """Make a file read-only even for root (CI runs as root, who ignores 0444):
+    then the immutable attribute is the only thing that stops a write."""
+    path.chmod(0o444)
+    immutable = False
+    try:
+        if os.geteuid() == 0:
+            if shutil.which("chattr") is None:
+                pytest.skip("root, and no chattr to make a file immutable")
+            done = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+            if done.returncode != 0:
+                pytest.skip(f"root, and chattr +i is refused here: {done.stderr!r}")
+            immutable = True
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o600)
+
+
 def test_a_read_only_file_is_refused_untouched(tmp_path):
     db = copy_fixture("upstream-0.17.0-v16", tmp_path)
     sqlite3.connect(db).close()
-    db.chmod(0o444)
     before = file_digest(db)
-    try:
+    with _read_only(db):
         with pytest.raises(errors.DatabaseAccessError, match="read-only"):
             migrate.upgrade(db)
-    finally:
-        db.chmod(0o600)
     assert file_digest(db) == before
 
 
