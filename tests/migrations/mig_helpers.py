@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -12,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from support import schema_dump
 
@@ -30,8 +32,17 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def connect_ro(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+@contextlib.contextmanager
+def connect_ro(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection that is really closed afterwards (sqlite3's own context
+    manager only ends the transaction): a connection left open until garbage
+    collection keeps the -wal alive, and whichever process closes last then
+    checkpoints it, changing the file's bytes at a random moment."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def ordinary_tables(conn: sqlite3.Connection) -> list[str]:
