@@ -149,10 +149,10 @@ def checkpoint(path: Path) -> None:
         conn.close()
 
 
-def working_copy(src: Path, workdir: Path, name: str | None = None) -> Path:
+def working_copy(src: Path, workdir: Path, name: str) -> Path:
     """A private copy of a cached store (benchmarks write to their copy)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    dst = workdir / (name or src.name.split("-")[0] + f"-{src.stem.split('-')[1]}.db")
+    dst = workdir / name
     for suffix in ("", "-wal", "-shm"):
         Path(str(dst) + suffix).unlink(missing_ok=True)
     shutil.copyfile(src, dst)
