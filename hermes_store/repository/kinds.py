@@ -8,10 +8,14 @@ A child session carries ``parent_session_id``; what it *is* depends on markers:
 * **delegate / sub-agent run** — ``model_config._delegate_from`` is set.
 
 Every function takes the table (or alias) the predicate is about, so the same rule
-serves listings, counts, tip walks, archive and delete.
+serves listings, counts, tip walks, archive and delete. Predicates are immutable, so the
+ones that build an alias of ``sessions`` (60 column proxies, the bulk of a listing's
+Python time) are built once per table and reused.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import sqlalchemy as sa
 
@@ -31,6 +35,7 @@ def branched_from(s) -> sa.ColumnElement:
     return json_text(s.c.model_config, "_branched_from")
 
 
+@lru_cache(maxsize=32)
 def is_branch_child(s) -> sa.ColumnElement:
     parent = schema.sessions.alias("branch_parent")
     legacy = sa.exists().where(
@@ -41,6 +46,7 @@ def is_branch_child(s) -> sa.ColumnElement:
     return sa.or_(branched_from(s).is_not(None), legacy)
 
 
+@lru_cache(maxsize=32)
 def is_listable(s) -> sa.ColumnElement:
     """Rows a session picker shows: roots and branches, never delegate runs."""
     return sa.and_(
@@ -49,6 +55,7 @@ def is_listable(s) -> sa.ColumnElement:
     )
 
 
+@lru_cache(maxsize=32)
 def is_continuation_candidate(child) -> sa.ColumnElement:
     """A child that may continue its compression-ended parent (not a branch,
     delegate run or tool session)."""

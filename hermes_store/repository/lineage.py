@@ -8,6 +8,7 @@ other programs are not trusted to form a tree.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,6 +51,12 @@ def preview_source_of(s) -> sa.ColumnElement:
 
 
 def rich_columns(s, *, compact: bool = False) -> list:
+    if s is S:
+        return _RICH_COLUMNS[compact]
+    return _build_rich_columns(s, compact)
+
+
+def _build_rich_columns(s, compact: bool) -> list:
     return [
         *session_columns(s, compact=compact),
         preview_source_of(s).label("_preview_raw"),
@@ -57,9 +64,73 @@ def rich_columns(s, *, compact: bool = False) -> list:
     ]
 
 
+# Statements are built once, with bind parameters, and reused: building a select of
+# the 60-column ``sessions`` table (or an alias of it) costs far more than running
+# it, and a listing runs several per compression root.
+_RICH_COLUMNS = {compact: _build_rich_columns(S, compact) for compact in (False, True)}
+
+
+
+def _build_tip_step() -> sa.Select:
+    """Id and end reason of the preferred continuation of ``:current`` (none unless
+    ``:current`` ended by compression)."""
+    parent, child = S.alias("parent"), S.alias("child")
+    preference = sa.case(
+        (child.c.end_reason == kinds.COMPRESSION, 0),
+        (child.c.ended_at.is_(None), 1),
+        else_=2,
+    )
+    return (
+        sa.select(child.c.id, child.c.end_reason)
+        .select_from(parent.join(child, child.c.parent_session_id == parent.c.id))
+        .where(
+            parent.c.id == sa.bindparam("current"),
+            parent.c.end_reason == kinds.COMPRESSION,
+            kinds.is_continuation_candidate(child),
+        )
+        .order_by(preference, last_active_of(child).desc(),
+                  child.c.started_at.desc(), child.c.id.desc())
+        .limit(1)
+    )
+
+
+_TIP_STEP = _build_tip_step()
+
+_RICH_ROW = {
+    compact: sa.select(*_RICH_COLUMNS[compact]).where(S.c.id == sa.bindparam("sid"))
+    for compact in (False, True)
+}
+
+_LINEAGE_NODE_COLUMNS = (S.c.id, S.c.parent_session_id, S.c.end_reason,
+                         kinds.branched_from(S).label("branched_from"))
+_LINEAGE_NODE = sa.select(*_LINEAGE_NODE_COLUMNS).where(S.c.id == sa.bindparam("sid"))
+_LINEAGE_NEXT = (
+    sa.select(*_LINEAGE_NODE_COLUMNS)
+    .where(S.c.parent_session_id == sa.bindparam("sid"), kinds.branched_from(S).is_(None))
+    .order_by(S.c.started_at.asc())
+    .limit(1)
+)
+_PARENT_OF = sa.select(S.c.parent_session_id).where(S.c.id == sa.bindparam("sid"))
+_HAS_MESSAGES = sa.select(M.c.id).where(M.c.session_id == sa.bindparam("sid")).limit(1)
+_RESUME_NEXT = (
+    sa.select(S.c.id)
+    .where(S.c.parent_session_id == sa.bindparam("sid"), kinds.is_continuation_candidate(S))
+    .order_by(S.c.started_at.desc(), S.c.id.desc())
+    .limit(1)
+)
+
+
 def finish_rich_row(row) -> dict[str, Any]:
     """A listing row with ``preview`` built from the raw cut (60 chars + "...")."""
-    data = row_dict(row)
+    return _finish_rich(row_dict(row))
+
+
+def _finish_rich_rows(result: sa.CursorResult) -> list[dict[str, Any]]:
+    keys = list(result.keys())  # once per result, not once per row
+    return [_finish_rich(dict(zip(keys, row))) for row in result]
+
+
+def _finish_rich(data: dict[str, Any]) -> dict[str, Any]:
     raw = (data.pop("_preview_raw", None) or "").strip()
     data["preview"] = raw[:PREVIEW_CHARS] + ("..." if len(raw) > PREVIEW_CHARS else "")
     data.pop("_effective_last_active", None)
@@ -78,6 +149,106 @@ def _squashed_title(column) -> sa.ColumnElement:
     return text
 
 
+def _as_key(values):
+    return tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else values
+
+
+@lru_cache(maxsize=64)
+def _listing_statement(
+    source, exclude_sources, cwd_prefix, min_message_count, include_archived,
+    archived_only, include_children, compact, order_by_last_active, id_query,
+    search_query, no_limit, no_offset,
+) -> sa.Select:
+    """The listing's statement for one set of filters, ``:limit``/``:offset`` bound.
+
+    Cached: the same filters (a picker asks with the same ones over and over) reuse one
+    statement object, which also keeps SQLAlchemy from recomputing its cache key.
+    """
+    terms = listing_filters(
+        S,
+        source=source,
+        exclude_sources=exclude_sources,
+        cwd_prefix=cwd_prefix,
+        min_message_count=min_message_count,
+        include_archived=include_archived,
+        archived_only=archived_only,
+        listable_only=not include_children,
+    )
+    stmt = sa.select(*rich_columns(S, compact=compact)).where(*terms)
+    if order_by_last_active:
+        stmt = _activity_ordered(stmt, terms, id_query, search_query)
+    else:
+        stmt = stmt.order_by(S.c.started_at.desc())
+    if not no_limit:
+        stmt = stmt.limit(sa.bindparam("limit"))
+    if not no_offset:
+        stmt = stmt.offset(sa.bindparam("offset"))
+    return stmt
+
+
+def _activity_ordered(stmt, terms, id_query, search_query):
+    """Order by the latest activity anywhere in each row's compression chain."""
+    parent, child = S.alias("chain_parent"), S.alias("chain_child")
+    chain = (
+        sa.select(S.c.id.label("root_id"), S.c.id.label("cur_id"))
+        .where(*terms)
+        .cte("chain", recursive=True)
+    )
+    chain = chain.union_all(
+        sa.select(chain.c.root_id, child.c.id)
+        .select_from(chain.join(parent, parent.c.id == chain.c.cur_id)
+                     .join(child, child.c.parent_session_id == chain.c.cur_id))
+        .where(parent.c.end_reason == kinds.COMPRESSION,
+               kinds.is_continuation_candidate(child))
+    )
+    member = S.alias("member")
+    member_active = sa.func.coalesce(
+        sa.select(sa.func.max(M.c.timestamp))
+        .where(M.c.session_id == chain.c.cur_id).scalar_subquery(),
+        sa.select(member.c.started_at).where(member.c.id == chain.c.cur_id).scalar_subquery(),
+    )
+    chain_max = (
+        sa.select(chain.c.root_id, sa.func.max(member_active).label("effective"))
+        .group_by(chain.c.root_id)
+        .subquery("chain_max")
+    )
+    effective = sa.func.coalesce(chain_max.c.effective, S.c.started_at)
+    stmt = stmt.add_columns(effective.label("_effective_last_active")).outerjoin(
+        chain_max, chain_max.c.root_id == S.c.id
+    )
+    id_needle = (id_query or "").strip().lower()
+    search_needle = (search_query or "").strip().lower()
+    if id_needle:
+        stmt = stmt.where(sa.exists().where(
+            chain.c.root_id == S.c.id, _contains(chain.c.cur_id, id_needle)
+        ))
+    if search_needle:
+        named = S.alias("named")
+        matches = [_contains(sa.func.coalesce(named.c.title, ""), search_needle),
+                   _contains(chain.c.cur_id, search_needle)]
+        squashed = re.sub(r"[\W_]+", "", search_needle)
+        if squashed:
+            matches.append(_squashed_title(named.c.title).contains(squashed, autoescape=True))
+        stmt = stmt.where(sa.exists().where(
+            chain.c.root_id == S.c.id, named.c.id == chain.c.cur_id, sa.or_(*matches)
+        ))
+    return stmt.order_by(effective.desc(), S.c.started_at.desc(), S.c.id.desc())
+
+
+def _walk_to_tip(conn: sa.Connection, session_id: str) -> str:
+    """Follow compression continuations from ``session_id`` to the last one."""
+    current, seen = session_id, {session_id}
+    for _ in range(MAX_HOPS):
+        step = conn.execute(_TIP_STEP, {"current": current}).first()
+        if step is None or step.id in seen:
+            break
+        seen.add(step.id)
+        current = step.id
+        if step.end_reason != kinds.COMPRESSION:
+            break  # only a compression-ended session has continuations: no query needed
+    return current
+
+
 class LineageMixin(RepositoryBase):
     # ------------------------------------------------------------------ walks
 
@@ -91,42 +262,14 @@ class LineageMixin(RepositoryBase):
             return self._compression_tip(conn, session_id)
 
     def _compression_tip(self, conn: sa.Connection, session_id: str) -> str | None:
-        parent, child = S.alias("parent"), S.alias("child")
-        preference = sa.case(
-            (child.c.end_reason == kinds.COMPRESSION, 0),
-            (child.c.ended_at.is_(None), 1),
-            else_=2,
-        )
-        current, seen = session_id, {session_id}
-        for _ in range(MAX_HOPS):
-            nxt = conn.execute(
-                sa.select(child.c.id)
-                .select_from(parent.join(child, child.c.parent_session_id == parent.c.id))
-                .where(
-                    parent.c.id == current,
-                    parent.c.end_reason == kinds.COMPRESSION,
-                    kinds.is_continuation_candidate(child),
-                )
-                .order_by(preference, last_active_of(child).desc(),
-                          child.c.started_at.desc(), child.c.id.desc())
-                .limit(1)
-            ).scalar()
-            if nxt is None or nxt in seen:
-                return current
-            seen.add(nxt)
-            current = nxt
-        return current
+        return _walk_to_tip(conn, session_id)
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
         """Root→tip ids of the compression chain holding the session; ``[id]`` for a
         branch, ``[]`` for an unknown id."""
         with self._read() as conn:
             def fetch(sid):
-                return conn.execute(
-                    sa.select(S.c.id, S.c.parent_session_id, S.c.end_reason,
-                              kinds.branched_from(S).label("branched_from"))
-                    .where(S.c.id == sid)
-                ).first()
+                return conn.execute(_LINEAGE_NODE, {"sid": sid}).first()
 
             session = fetch(session_id)
             if session is None:
@@ -142,13 +285,7 @@ class LineageMixin(RepositoryBase):
                 seen.add(root.id)
             lineage, current = [root.id], root
             while current.end_reason == kinds.COMPRESSION:
-                nxt = conn.execute(
-                    sa.select(S.c.id, S.c.parent_session_id, S.c.end_reason,
-                              kinds.branched_from(S).label("branched_from"))
-                    .where(S.c.parent_session_id == current.id, kinds.branched_from(S).is_(None))
-                    .order_by(S.c.started_at.asc())
-                    .limit(1)
-                ).first()
+                nxt = conn.execute(_LINEAGE_NEXT, {"sid": current.id}).first()
                 if nxt is None or nxt.id in lineage:
                     break
                 lineage.append(nxt.id)
@@ -171,9 +308,7 @@ class LineageMixin(RepositoryBase):
                 if not current or current in chain:
                     break
                 chain.append(current)
-                current = conn.execute(
-                    sa.select(S.c.parent_session_id).where(S.c.id == current)
-                ).scalar()
+                current = conn.execute(_PARENT_OF, {"sid": current}).scalar()
         return chain
 
     def resolve_resume_session_id(self, session_id: str) -> str:
@@ -185,17 +320,10 @@ class LineageMixin(RepositoryBase):
             start = self._compression_tip(conn, session_id) or session_id
             current, seen, best = start, {start}, None
             for _ in range(RESUME_MAX_HOPS):
-                has_messages = conn.execute(
-                    sa.select(M.c.id).where(M.c.session_id == current).limit(1)
-                ).first()
+                has_messages = conn.execute(_HAS_MESSAGES, {"sid": current}).first()
                 if has_messages is not None:
                     best = current
-                nxt = conn.execute(
-                    sa.select(S.c.id)
-                    .where(S.c.parent_session_id == current, kinds.is_continuation_candidate(S))
-                    .order_by(S.c.started_at.desc(), S.c.id.desc())
-                    .limit(1)
-                ).scalar()
+                nxt = conn.execute(_RESUME_NEXT, {"sid": current}).scalar()
                 if nxt is None or nxt in seen:
                     break
                 seen.add(nxt)
@@ -266,86 +394,33 @@ class LineageMixin(RepositoryBase):
         the root's ``started_at``, with ``_lineage_root_id``). ``id_query`` and
         ``search_query`` apply with ``order_by_last_active=True``.
         """
-        terms = listing_filters(
-            S,
-            source=source,
-            exclude_sources=exclude_sources,
-            cwd_prefix=cwd_prefix,
-            min_message_count=min_message_count,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            listable_only=not include_children,
-        )
-        stmt = sa.select(*rich_columns(S, compact=compact_rows)).where(*terms)
-        if order_by_last_active:
-            stmt = self._activity_ordered(stmt, terms, id_query, search_query)
-        else:
-            stmt = stmt.order_by(S.c.started_at.desc())
-        stmt = stmt.limit(limit).offset(offset)
-
+        if not order_by_last_active:
+            id_query = search_query = None  # they only apply to the activity order
+        try:
+            stmt = _listing_statement(
+                source, _as_key(exclude_sources), cwd_prefix, min_message_count,
+                include_archived, archived_only, include_children, compact_rows,
+                order_by_last_active, id_query, search_query, limit is None, offset is None,
+            )
+        except TypeError:  # an unhashable argument: build it anyway, so its error shows
+            stmt = _listing_statement.__wrapped__(
+                source, exclude_sources, cwd_prefix, min_message_count,
+                include_archived, archived_only, include_children, compact_rows,
+                order_by_last_active, id_query, search_query, limit is None, offset is None,
+            )
         with self._read() as conn:
-            rows = [finish_rich_row(r) for r in conn.execute(stmt)]
+            rows = _finish_rich_rows(conn.execute(stmt, {"limit": limit, "offset": offset}))
             if project_compression_tips and not include_children:
                 rows = [self._project_to_tip(conn, r, compact_rows) for r in rows]
         return rows
 
-    def _activity_ordered(self, stmt, terms, id_query, search_query):
-        """Order by the latest activity anywhere in each row's compression chain."""
-        parent, child = S.alias("chain_parent"), S.alias("chain_child")
-        chain = (
-            sa.select(S.c.id.label("root_id"), S.c.id.label("cur_id"))
-            .where(*terms)
-            .cte("chain", recursive=True)
-        )
-        chain = chain.union_all(
-            sa.select(chain.c.root_id, child.c.id)
-            .select_from(chain.join(parent, parent.c.id == chain.c.cur_id)
-                         .join(child, child.c.parent_session_id == chain.c.cur_id))
-            .where(parent.c.end_reason == kinds.COMPRESSION,
-                   kinds.is_continuation_candidate(child))
-        )
-        member = S.alias("member")
-        member_active = sa.func.coalesce(
-            sa.select(sa.func.max(M.c.timestamp))
-            .where(M.c.session_id == chain.c.cur_id).scalar_subquery(),
-            sa.select(member.c.started_at).where(member.c.id == chain.c.cur_id).scalar_subquery(),
-        )
-        chain_max = (
-            sa.select(chain.c.root_id, sa.func.max(member_active).label("effective"))
-            .group_by(chain.c.root_id)
-            .subquery("chain_max")
-        )
-        effective = sa.func.coalesce(chain_max.c.effective, S.c.started_at)
-        stmt = stmt.add_columns(effective.label("_effective_last_active")).outerjoin(
-            chain_max, chain_max.c.root_id == S.c.id
-        )
-        id_needle = (id_query or "").strip().lower()
-        search_needle = (search_query or "").strip().lower()
-        if id_needle:
-            stmt = stmt.where(sa.exists().where(
-                chain.c.root_id == S.c.id, _contains(chain.c.cur_id, id_needle)
-            ))
-        if search_needle:
-            named = S.alias("named")
-            matches = [_contains(sa.func.coalesce(named.c.title, ""), search_needle),
-                       _contains(chain.c.cur_id, search_needle)]
-            squashed = re.sub(r"[\W_]+", "", search_needle)
-            if squashed:
-                matches.append(_squashed_title(named.c.title).contains(squashed, autoescape=True))
-            stmt = stmt.where(sa.exists().where(
-                chain.c.root_id == S.c.id, named.c.id == chain.c.cur_id, sa.or_(*matches)
-            ))
-        return stmt.order_by(effective.desc(), S.c.started_at.desc(), S.c.id.desc())
-
     def _project_to_tip(self, conn: sa.Connection, row: dict, compact: bool) -> dict:
         if row.get("end_reason") != kinds.COMPRESSION:
             return row
-        tip_id = self._compression_tip(conn, row["id"])
+        tip_id = _walk_to_tip(conn, row["id"])
         if tip_id == row["id"]:
             return row
-        tip = conn.execute(
-            sa.select(*rich_columns(S, compact=compact)).where(S.c.id == tip_id)
-        ).first()
+        tip = conn.execute(_RICH_ROW[compact], {"sid": tip_id}).first()
         if tip is None:
             return row
         tip_row = finish_rich_row(tip)

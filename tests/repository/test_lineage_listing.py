@@ -187,3 +187,67 @@ def test_token_statistics(db):
                         "output_tokens": 55, "estimated_cost_usd": 0.75}
     top = db.top_sessions_by_tokens(limit=2)
     assert [(t["id"], t["total_tokens"]) for t in top] == [("c", 1001), ("a", 150)]
+
+
+def _compressed(db, *ids, started_at: float, last_live: bool = True):
+    """A compression chain ``ids[0] -> ids[1] -> …``; every member but the last ended
+    by compression (the last too when ``last_live`` is False)."""
+    parent = None
+    for i, sid in enumerate(ids):
+        db.create_session(sid, "cli", parent_session_id=parent)
+        set_fields(db, sid, started_at=started_at + i)
+        if i < len(ids) - 1 or not last_live:
+            db.end_session(sid, "compression")
+        parent = sid
+
+
+def test_listing_projects_every_root_onto_its_own_tip(db):
+    # Tip statements are prebuilt and reused: each root must still get its own tip,
+    # whatever the chain length, and a compression-ended last member is a tip too.
+    _compressed(db, "a0", "a1", started_at=100.0)
+    _compressed(db, "b0", "b1", "b2", "b3", started_at=200.0)
+    _compressed(db, "c0", "c1", started_at=300.0, last_live=False)
+    _compressed(db, "d0", started_at=400.0, last_live=False)  # ended, never continued
+    for sid in ("a1", "b3", "c1"):
+        add_message(db, sid, "user", f"question in {sid}")
+    for compact in (False, True):
+        rows = db.list_sessions_rich(compact_rows=compact)
+        assert [(r["id"], r.get("_lineage_root_id")) for r in rows] == [
+            ("d0", None), ("c1", "c0"), ("b3", "b0"), ("a1", "a0")]
+        assert [r["preview"] for r in rows] == [
+            "", "question in c1", "question in b3", "question in a1"]
+        assert [r["started_at"] for r in rows] == [400.0, 300.0, 200.0, 100.0]
+    assert [db.get_compression_tip(r) for r in ("a0", "b0", "b1", "c0", "d0")] == [
+        "a1", "b3", "b3", "c1", "d0"]
+    assert db.resolve_resume_session_id("b0") == "b3"
+    assert db.get_compression_lineage("b2") == ["b0", "b1", "b2", "b3"]
+
+
+def test_tip_walk_stops_where_a_compressed_chain_loops_back(db):
+    _compressed(db, "x0", "x1", started_at=100.0, last_live=False)
+    set_fields(db, "x0", parent_session_id="x1")  # x1 -> x0 -> x1 …
+    assert db.get_compression_tip("x0") == "x1"
+    assert db.get_compression_tip("x1") == "x0"
+
+
+def test_repeated_listings_with_other_arguments_get_their_own_rows(db):
+    # Listing statements are cached per set of filters: a call must never see the
+    # filters, limit or offset of an earlier call.
+    for i in range(6):
+        db.create_session(f"s{i}", "cli" if i % 2 else "web", cwd=f"/p{i % 3}")
+        set_fields(db, f"s{i}", started_at=10.0 + i)
+    ids = lambda **kw: [r["id"] for r in db.list_sessions_rich(**kw)]  # noqa: E731
+    assert ids(source="cli") == ["s5", "s3", "s1"]
+    assert ids(source="web") == ["s4", "s2", "s0"]
+    assert ids(source="cli", limit=1, offset=1) == ["s3"]
+    assert ids(source="cli", limit=1, offset=2) == ["s1"]
+    assert ids(exclude_sources=["web"]) == ["s5", "s3", "s1"]
+    assert ids(exclude_sources=("cli",)) == ["s4", "s2", "s0"]
+    assert ids(exclude_sources={"cli", "web"}) == []
+    assert ids(cwd_prefix="/p0") == ["s3", "s0"]
+    assert ids(cwd_prefix="/p1") == ["s4", "s1"]
+    assert ids(limit=None) == ["s5", "s4", "s3", "s2", "s1", "s0"]
+    assert ids(limit=-1, offset=4) == ["s1", "s0"]
+    assert ids(order_by_last_active=True, id_query="s4") == ["s4"]
+    assert ids(order_by_last_active=True, id_query="s2") == ["s2"]
+    assert ids(id_query="s2", limit=2) == ["s5", "s4"]  # ignored without activity order
