@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
+from .prebuilt import Prebuilt
 from .values import scrub_surrogates
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,26 @@ _CONVERSATION_COLUMNS = (
     M.c.effect_disposition, M.c.finish_reason, M.c.reasoning, M.c.reasoning_content,
     M.c.reasoning_details, M.c.codex_reasoning_items, M.c.codex_message_items,
     M.c.platform_message_id, M.c.observed, M.c.timestamp, M.c.api_content,
+)
+
+# The hot write path runs prebuilt statements with bound values: a statement built per
+# call (19 literal values) cost SQLAlchemy more CPU than SQLite's own work for the row.
+_MESSAGE_ROW_KEYS = (
+    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "effect_disposition", "timestamp", "token_count", "finish_reason", "reasoning",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items",
+    "codex_message_items", "platform_message_id", "observed", "active", "api_content",
+)
+_INSERT_MESSAGE = Prebuilt(sa.insert(M), column_keys=_MESSAGE_ROW_KEYS)
+_COUNT_ADDED = Prebuilt(
+    sa.update(S)
+    .where(S.c.id == sa.bindparam("counted_session", type_=sa.Text))
+    .values(
+        message_count=sa.func.coalesce(S.c.message_count, 0)
+        + sa.bindparam("added_messages", type_=sa.Integer),
+        tool_call_count=sa.func.coalesce(S.c.tool_call_count, 0)
+        + sa.bindparam("added_calls", type_=sa.Integer),
+    )
 )
 
 
@@ -396,18 +417,15 @@ class MessagesMixin(RepositoryBase):
             observed=observed, effect_disposition=effect_disposition,
             timestamp=_timestamp(timestamp, time.time()), api_content=api_content,
         )
-        added_calls = _tool_call_increment(tool_calls)
+        counted = {"counted_session": session_id, "added_messages": 1,
+                   "added_calls": _tool_call_increment(tool_calls)}
 
         def unit(conn: sa.Connection) -> int:
-            self._session_must_exist(conn, session_id)
-            new_id = conn.execute(sa.insert(M).values(row)).inserted_primary_key[0]
-            conn.execute(
-                sa.update(S).where(S.c.id == session_id).values(
-                    message_count=sa.func.coalesce(S.c.message_count, 0) + 1,
-                    tool_call_count=sa.func.coalesce(S.c.tool_call_count, 0) + added_calls,
-                )
-            )
-            return new_id
+            # Counting first tells whether the session exists (no separate SELECT);
+            # raising rolls the unit back, so nothing is written for an unknown one.
+            if _COUNT_ADDED.execute(conn, counted).rowcount == 0:
+                raise SessionNotFoundError(session_id)
+            return _INSERT_MESSAGE.insert(conn, row)
 
         return self._write(unit)
 
