@@ -77,12 +77,11 @@ def _from_json_value(value: Any) -> Any:
     return value
 
 
-def _row_dict(row: sa.Row) -> dict:
-    return {k: _to_json_value(v) for k, v in row._mapping.items()}
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _dumps(record: Any) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(record)  # one encoder for every line, not one per call
 
 
 def _write_line(out: IO[str], text: str, fallback: Any) -> None:
@@ -164,6 +163,8 @@ def iter_export(
     unknown -> ``SessionNotFoundError``), ``source`` only sessions of that source.
     ``header``, if given, is filled with ``schema_version`` before the first record.
     """
+    if page_size < 1:
+        raise ValueError(f"page_size must be at least 1, got {page_size}")
     opened = _Opened(engine_or_db, read_only=True)
     counts = counts if counts is not None else ExportCounts()
     try:
@@ -176,68 +177,126 @@ def iter_export(
                 if session_id is not None:
                     raise SessionNotFoundError(session_id)
                 return
-            sessions = tables["sessions"]
-            if session_id is not None:
-                found = conn.execute(sa.select(sessions.c.id).where(sessions.c.id == session_id)).first()
-                if found is None:
-                    raise SessionNotFoundError(session_id)
-            order = (sessions.c.started_at, sessions.c.id)
-            after: tuple | None = None
-            while True:
-                query = sa.select(sessions).order_by(*order).limit(page_size)
-                if session_id is not None:
-                    query = query.where(sessions.c.id == session_id)
-                if source is not None:
-                    query = query.where(sessions.c.source == source)
-                if after is not None:
-                    query = query.where(sa.tuple_(*order) > sa.tuple_(*after))
-                page = conn.execute(query).all()
-                if not page:
-                    break
+            queries = _ExportQueries(tables, session_id, source, page_size)
+            if session_id is not None and conn.execute(queries.session_exists).first() is None:
+                raise SessionNotFoundError(session_id)
+            for page in queries.session_pages(conn):
+                usage = queries.usage_by_session(conn, [row["id"] for row in page])
                 for row in page:
-                    yield _session_record(conn, tables, row)
+                    yield {
+                        "session": row,
+                        "system_prompt": queries.prompt(conn, row.get("system_prompt_hash")),
+                        "model_usage": usage.get(row["id"], []),
+                    }
                     counts.sessions += 1
-                    for message in _iter_messages(conn, tables.get("messages"), row.id, page_size):
+                    for message in queries.messages(conn, row["id"]):
                         counts.messages += 1
                         yield {"message": message}
-                last = page[-1]
-                after = (last.started_at, last.id)
     finally:
         opened.close()
 
 
-def _session_record(conn: Connection, tables: dict[str, sa.TableClause], row: sa.Row) -> dict:
-    record: dict[str, Any] = {"session": _row_dict(row), "system_prompt": None, "model_usage": []}
-    prompts = tables.get("system_prompts")
-    prompt_hash = row._mapping.get("system_prompt_hash")
-    if prompts is not None and prompt_hash:
-        prompt = conn.execute(sa.select(prompts).where(prompts.c.hash == prompt_hash)).first()
-        record["system_prompt"] = _row_dict(prompt) if prompt is not None else None
-    usage = tables.get("session_model_usage")
-    if usage is not None:
-        rows = conn.execute(
-            sa.select(usage)
-            .where(usage.c.session_id == row.id)
-            .order_by(*(usage.c[name] for name in tables["session_model_usage.pk"]))
+#: value types JSON carries as they are (anything else is a BLOB: base64)
+_PLAIN_TYPES = frozenset({str, int, float, type(None)})
+#: prompt rows kept for reuse across sessions: prompts are shared, and big
+_PROMPT_CACHE = 16
+
+
+def _dicts(result: sa.CursorResult) -> list[dict]:
+    """A page of rows as JSON-ready dicts (keys looked up once per page)."""
+    keys = tuple(result.keys())
+    out = []
+    for values in result.all():  # fetchall: one driver call per page, not per row
+        if _PLAIN_TYPES.issuperset(map(type, values)):
+            out.append(dict(zip(keys, values)))
+        else:
+            out.append({k: _to_json_value(v) for k, v in zip(keys, values)})
+    return out
+
+
+class _ExportQueries:
+    """The export's statements, built once per export (on the file's reflected
+    columns) with bind parameters; each page is one execution of a prebuilt one."""
+
+    def __init__(self, tables: dict, session_id: str | None, source: str | None, page_size: int):
+        self.page_size = page_size
+        sessions = tables["sessions"]
+        self.session_exists = sa.select(sessions.c.id).where(sessions.c.id == session_id)
+        order = (sessions.c.started_at, sessions.c.id)
+        first = sa.select(sessions).order_by(*order).limit(page_size)
+        if session_id is not None:
+            first = first.where(sessions.c.id == session_id)
+        if source is not None:
+            first = first.where(sessions.c.source == source)
+        self.first_sessions = first
+        self.next_sessions = first.where(
+            sa.tuple_(*order) > sa.tuple_(sa.bindparam("after_started"), sa.bindparam("after_id"))
         )
-        record["model_usage"] = [_row_dict(r) for r in rows]
-    return record
 
+        messages = tables.get("messages")
+        self.first_messages = self.next_messages = None
+        if messages is not None:
+            self.first_messages = (
+                sa.select(messages).where(messages.c.session_id == sa.bindparam("sid"))
+                .order_by(messages.c.id).limit(page_size)
+            )
+            self.next_messages = self.first_messages.where(messages.c.id > sa.bindparam("after_id"))
 
-def _iter_messages(conn: Connection, messages: sa.TableClause | None, sid: str, page_size: int) -> Iterator[dict]:
-    if messages is None:
-        return
-    last_id = None
-    while True:
-        query = sa.select(messages).where(messages.c.session_id == sid).order_by(messages.c.id).limit(page_size)
-        if last_id is not None:
-            query = query.where(messages.c.id > last_id)
-        page = conn.execute(query).all()
-        if not page:
+        usage = tables.get("session_model_usage")
+        self.usage = None
+        if usage is not None:
+            key = [usage.c[name] for name in tables["session_model_usage.pk"]]
+            self.usage = (
+                sa.select(usage)
+                .where(usage.c.session_id.in_(sa.bindparam("sids", expanding=True)))
+                .order_by(usage.c.session_id, *key)
+            )
+
+        prompts = tables.get("system_prompts")
+        self.prompt_by_hash = None
+        if prompts is not None:
+            self.prompt_by_hash = sa.select(prompts).where(prompts.c.hash == sa.bindparam("hash"))
+        self._prompts: dict[str, dict | None] = {}
+
+    def session_pages(self, conn: Connection) -> Iterator[list[dict]]:
+        page = _dicts(conn.execute(self.first_sessions))
+        while page:
+            yield page
+            if len(page) < self.page_size:
+                return  # a short page is the last one: no query to learn that
+            last = page[-1]
+            page = _dicts(conn.execute(
+                self.next_sessions, {"after_started": last["started_at"], "after_id": last["id"]}
+            ))
+
+    def messages(self, conn: Connection, sid: str) -> Iterator[dict]:
+        if self.first_messages is None:
             return
-        for row in page:
-            yield _row_dict(row)
-        last_id = page[-1].id
+        page = _dicts(conn.execute(self.first_messages, {"sid": sid}))
+        while page:
+            yield from page
+            if len(page) < self.page_size:
+                return
+            page = _dicts(conn.execute(self.next_messages, {"sid": sid, "after_id": page[-1]["id"]}))
+
+    def usage_by_session(self, conn: Connection, sids: list[str]) -> dict[str, list[dict]]:
+        """The model-usage rows of a page of sessions, in one query."""
+        grouped: dict[str, list[dict]] = {}
+        if self.usage is not None and sids:
+            for row in _dicts(conn.execute(self.usage, {"sids": sids})):
+                grouped.setdefault(row["session_id"], []).append(row)
+        return grouped
+
+    def prompt(self, conn: Connection, prompt_hash: Any) -> dict | None:
+        if self.prompt_by_hash is None or not prompt_hash:
+            return None
+        if prompt_hash not in self._prompts:
+            found = _dicts(conn.execute(self.prompt_by_hash, {"hash": prompt_hash}))
+            if len(self._prompts) >= _PROMPT_CACHE:
+                self._prompts.pop(next(iter(self._prompts)))  # the oldest entry
+            self._prompts[prompt_hash] = found[0] if found else None
+        prompt = self._prompts[prompt_hash]
+        return dict(prompt) if prompt is not None else None  # each record owns its dicts
 
 
 def export_header(schema_version: int | None) -> dict:

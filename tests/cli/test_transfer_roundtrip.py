@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 
 import pytest
 from cli_support import *  # noqa: F403
@@ -167,3 +168,53 @@ def test_export_reads_a_file_that_was_never_upgraded_without_changing_it(tmp_pat
     assert lines[-1] == {"end": {"sessions": counts.sessions, "messages": counts.messages}}
     assert counts.sessions == len(fixture_contents("upstream-0.15.0-v13")["sessions"])
     assert db.read_bytes() == before
+
+
+def _share_prompt_and_store_a_blob(path) -> tuple[str, int]:
+    """Give a second session the first one's stored prompt and one message a BLOB
+    value; returns (the session given the prompt, the message holding the BLOB)."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            prompt_hash, owner = conn.execute(
+                "SELECT system_prompt_hash, id FROM sessions WHERE system_prompt_hash IS NOT NULL"
+            ).fetchone()
+            other = conn.execute("SELECT id FROM sessions WHERE id != ? ORDER BY id", (owner,)).fetchone()[0]
+            conn.execute("UPDATE sessions SET system_prompt_hash = ? WHERE id = ?", (prompt_hash, other))
+            blob_id = conn.execute("SELECT min(id) FROM messages").fetchone()[0]
+            conn.execute("UPDATE messages SET platform_message_id = x'00ff10' WHERE id = ?", (blob_id,))
+    finally:
+        conn.close()
+    return other, blob_id
+
+
+def test_export_records_do_not_depend_on_the_page_size(store):
+    # Pages stop at the first short one: page sizes at, below and above the number of
+    # sessions (6) and of one session's messages (12, 10, 8, …) must all give the
+    # same records as one page holding everything.
+    shared, blob_id = _share_prompt_and_store_a_blob(store)
+    whole = list(transfer.iter_export(store, page_size=10_000))
+    for size in (1, 2, 3, 5, 6, 7, 8, 12, 13):
+        counts = transfer.ExportCounts()
+        assert list(transfer.iter_export(store, page_size=size, counts=counts)) == whole, size
+        assert (counts.sessions, counts.messages) == (
+            len(rows(store, "sessions", "id")), len(rows(store, "messages", "id")))
+
+    sessions = [r for r in whole if "session" in r]
+    assert [s["session"]["id"] for s in sessions] == [
+        r["id"] for r in sorted(rows(store, "sessions", "id"), key=lambda r: (r["started_at"], r["id"]))]
+    usage = rows(store, "session_model_usage", CANONICAL["session_model_usage"])
+    assert sorted(u for s in sessions for u in map(json.dumps, s["model_usage"])) == sorted(map(json.dumps, usage))
+    blob = next(r["message"] for r in whole if "message" in r and r["message"]["id"] == blob_id)
+    assert blob["platform_message_id"] == {"$base64": "AP8Q"}
+
+    with_prompt = [s for s in sessions if s["system_prompt"] is not None]
+    assert len(with_prompt) == 2 and shared in {s["session"]["id"] for s in with_prompt}
+    first, second = (s["system_prompt"] for s in with_prompt)
+    assert first == second and first is not second  # a caller may change one record
+
+
+def test_export_refuses_a_page_size_below_one(store):
+    with pytest.raises(ValueError, match="page_size"):
+        list(transfer.iter_export(store, page_size=0))
+
