@@ -23,6 +23,8 @@ import os
 import threading
 from pathlib import Path
 
+from sqlalchemy.engine import Engine
+
 from . import schema
 from .engine import RetryPolicy, WriteUnits, create_engine, probe_database
 from .errors import (
@@ -171,6 +173,12 @@ class SessionDB(
     @property
     def closed(self) -> bool:
         return self._engine is None
+
+    @property
+    def engine(self) -> Engine:
+        """The store's SQLAlchemy engine, so ``hermes_store.transfer`` (and other tools
+        of this package) can work on an open store; ``StoreClosedError`` once closed."""
+        return self._require_open()
 
     def __enter__(self) -> "SessionDB":
         self._require_open()

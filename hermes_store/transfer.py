@@ -45,7 +45,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import schema
 from .engine import create_engine, translate_error, writer
-from .errors import HermesStoreError, SessionNotFoundError
+from .errors import HermesStoreError, SessionNotFoundError, StoreReadOnlyError
 
 FORMAT_KEY = "hermes_store_export"
 FORMAT_VERSION = 1
@@ -99,7 +99,9 @@ class _Opened:
         self.owned = False
         if isinstance(target, Engine):
             self.engine = target
-        elif isinstance(getattr(target, "engine", None), Engine):
+        elif isinstance(getattr(target, "engine", None), Engine):  # a SessionDB
+            if not read_only and getattr(target, "read_only", False):
+                raise StoreReadOnlyError(getattr(target, "db_path", None))
             self.engine = target.engine
         elif isinstance(target, (str, os.PathLike)):
             path = Path(target).expanduser()

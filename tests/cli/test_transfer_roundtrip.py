@@ -11,6 +11,7 @@ from cli_support import *  # noqa: F403
 from conftest import UPSTREAM_FIXTURES, copy_fixture, fixture_contents
 
 from hermes_store import SessionDB, migrate, transfer
+from hermes_store.errors import StoreClosedError, StoreReadOnlyError
 
 #: what a round trip must reproduce, with the order that makes rows comparable
 CANONICAL = {
@@ -218,3 +219,24 @@ def test_export_refuses_a_page_size_below_one(store):
     with pytest.raises(ValueError, match="page_size"):
         list(transfer.iter_export(store, page_size=0))
 
+
+def test_import_and_export_through_an_open_session_db(store, empty_store, tmp_path):
+    export = tmp_path / "rich.jsonl"
+    with SessionDB(store) as source, open(export, "w", encoding="utf-8") as fh:
+        counts = transfer.write_export(source, fh, "jsonl")
+    with SessionDB(empty_store) as db:
+        report = transfer.import_file(db, export)
+        assert (report.sessions_added, report.messages_added) == (counts.sessions, counts.messages)
+        assert db.session_count(include_archived=True) >= 1
+        assert {s["id"] for s in db.search_sessions(limit=None)} == set(report.added_ids)
+    assert _comparable(rows(empty_store, "messages", "id")) == _comparable(rows(store, "messages", "id"))
+
+    target = copy_db(store, tmp_path / "read-only.db")
+    before = rows(target, "sessions", "id")
+    with SessionDB(target, read_only=True) as db, pytest.raises(StoreReadOnlyError):
+        transfer.import_file(db, export)
+    assert rows(target, "sessions", "id") == before
+    closed = SessionDB(target)
+    closed.close()
+    with pytest.raises(StoreClosedError):
+        transfer.import_file(closed, export)
