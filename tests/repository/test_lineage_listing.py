@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from repo_helpers import db, db_path, add_message, set_fields  # noqa: F401
 
@@ -251,3 +252,24 @@ def test_repeated_listings_with_other_arguments_get_their_own_rows(db):
     assert ids(order_by_last_active=True, id_query="s4") == ["s4"]
     assert ids(order_by_last_active=True, id_query="s2") == ["s2"]
     assert ids(id_query="s2", limit=2) == ["s5", "s4"]  # ignored without activity order
+
+
+def test_listing_sends_one_select_plus_two_per_continued_root(db):
+    # A walk stops at a continuation that did not end by compression without asking
+    # for its (impossible) continuation: one step and one row fetch per root.
+    for n in range(3):
+        _compressed(db, f"r{n}", f"r{n}.tip", started_at=100.0 + 10 * n)
+    db.create_session("plain", "cli")
+    selects: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(statement)
+
+    sa.event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        rows = db.list_sessions_rich()
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", record)
+    assert [r["id"] for r in rows] == ["plain", "r2.tip", "r1.tip", "r0.tip"]
+    assert len(selects) == 1 + 2 * 3
