@@ -25,11 +25,13 @@ Storage conventions kept from upstream Hermes (other programs read the same file
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
 import re
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
 
 import sqlalchemy as sa
@@ -97,6 +99,15 @@ _COUNT_ADDED = Prebuilt(
         tool_call_count=sa.func.coalesce(S.c.tool_call_count, 0)
         + sa.bindparam("added_calls", type_=sa.Integer),
     )
+)
+# append_messages: the ids a batch received (it runs under the write lock, and ids only
+# grow, so its rows are exactly the session's rows above the largest id before it)
+_LAST_MESSAGE_ID = Prebuilt(sa.select(sa.func.max(M.c.id)))
+_SESSION_IDS_ABOVE = Prebuilt(
+    sa.select(M.c.id)
+    .where(M.c.session_id == sa.bindparam("batch_session", type_=sa.Text),
+           M.c.id > sa.bindparam("above_id", type_=sa.Integer))
+    .order_by(M.c.id)
 )
 
 
@@ -213,6 +224,13 @@ def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
     }
 
 
+#: the keys a message of ``append_messages`` may carry (``append_message``'s arguments)
+_APPEND_FIELDS = ("role", "timestamp") + tuple(
+    name for name in inspect.signature(_message_row).parameters
+    if name not in ("session_id", "role", "timestamp")
+)
+
+
 def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], int]:
     """Rows for ``replace_messages``/``archive_and_compact`` and their tool-call total.
 
@@ -257,6 +275,47 @@ def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], i
         tool_calls_total += _tool_call_increment(msg.get("tool_calls"))
         # rows without a timestamp stay in order even on a coarse clock
         next_ts = max(next_ts + 1e-6, ts + 1e-6)
+    return rows, tool_calls_total
+
+
+def _append_rows(session_id: str, messages: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
+    """Rows for ``append_messages`` (``append_message``'s rules) and their tool-call total.
+
+    Built before the write unit: a bad message fails the call before anything is
+    written, and a retried unit inserts exactly the same rows.
+    """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidArgumentError(
+            f"messages must be an iterable of dicts (got {type(messages).__name__}); "
+            "nothing was written"
+        )
+    rows: list[dict] = []
+    tool_calls_total = 0
+    unstamped = time.time()
+    for index, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise InvalidArgumentError(
+                f"messages[{index}] must be a dict (got {type(msg).__name__}); "
+                "nothing was written"
+            )
+        unknown = sorted(str(k) for k in msg if k not in _APPEND_FIELDS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"messages[{index}] has unknown field(s) {', '.join(map(repr, unknown))}; "
+                f"a message takes append_message's arguments ({', '.join(_APPEND_FIELDS)}). "
+                "Nothing was written."
+            )
+        fields = dict(msg)
+        role = fields.pop("role", None)
+        stamp = fields.pop("timestamp", None)
+        try:
+            rows.append(_message_row(session_id, role, timestamp=_timestamp(stamp, unstamped),
+                                     **fields))
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"messages[{index}]: {exc}") from None
+        tool_calls_total += _tool_call_increment(fields.get("tool_calls"))
+        # as separate calls would on a fine clock: unstamped rows keep their order
+        unstamped += 1e-6
     return rows, tool_calls_total
 
 
@@ -429,6 +488,34 @@ class MessagesMixin(RepositoryBase):
 
         return self._write(unit)
 
+    def append_messages(self, session_id: str,
+                        messages: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append many messages in one write unit; returns their ids, in order.
+
+        Each message is a dict of ``append_message``'s keyword arguments (``role``
+        required, any other key refused) and is stored exactly as that call stores it;
+        the counters grow once, by the batch's totals. A message without a timestamp
+        gets the call's time, 1 µs after the previous such message, so order is kept.
+        All or nothing: a bad message (``InvalidArgumentError`` naming its index) or an
+        unknown session (``SessionNotFoundError``) writes nothing. An empty batch is a
+        no-op that returns ``[]``.
+        """
+        rows, added_calls = _append_rows(session_id, messages)
+        if not rows:
+            return []
+        counted = {"counted_session": session_id, "added_messages": len(rows),
+                   "added_calls": added_calls}
+
+        def unit(conn: sa.Connection) -> list[int]:
+            if _COUNT_ADDED.execute(conn, counted).rowcount == 0:
+                raise SessionNotFoundError(session_id)
+            above = _LAST_MESSAGE_ID.execute(conn, {}).scalar() or 0
+            _INSERT_MESSAGE.execute_many(conn, rows)
+            return list(_SESSION_IDS_ABOVE.execute(
+                conn, {"batch_session": session_id, "above_id": above}).scalars())
+
+        return self._write(unit)
+
     def replace_messages(self, session_id: str, messages: list[dict],
                          active_only: bool = False) -> None:
         """Replace a session's transcript in one unit.
@@ -448,7 +535,7 @@ class MessagesMixin(RepositoryBase):
                 doomed = doomed.where(M.c.active == 1)
             conn.execute(doomed)
             if rows:
-                conn.execute(sa.insert(M), rows)
+                _INSERT_MESSAGE.execute_many(conn, rows)
             self._set_counters(conn, session_id, len(rows), tool_calls)
 
         self._write(unit)
@@ -470,7 +557,7 @@ class MessagesMixin(RepositoryBase):
                 .values(active=0, compacted=1)
             )
             if rows:
-                conn.execute(sa.insert(M), rows)
+                _INSERT_MESSAGE.execute_many(conn, rows)
             self._set_counters(conn, session_id, len(rows), tool_calls)
             return len(rows)
 

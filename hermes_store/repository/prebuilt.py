@@ -66,14 +66,18 @@ class Prebuilt:
         if form is None:
             return conn.execute(self.statement, dict(values))
         sql, slots = form
-        params = []
-        for key, convert, literal in slots:
-            if key is None:
-                params.append(literal)
-                continue
-            value = values[key]
-            params.append(value if convert is None or value is None else convert(value))
-        return conn.exec_driver_sql(sql, tuple(params))
+        return conn.exec_driver_sql(sql, _positional(slots, values))
+
+    def execute_many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement once per row (the driver's ``executemany``)."""
+        if not rows:
+            return
+        form = self._form(conn.dialect)
+        if form is None:
+            conn.execute(self.statement, [dict(row) for row in rows])
+            return
+        sql, slots = form
+        conn.exec_driver_sql(sql, [_positional(slots, row) for row in rows])
 
     def insert(self, conn: sa.Connection, values: Mapping[str, Any]) -> Any:
         """Run an INSERT of one row; returns the new row's primary key."""
@@ -81,3 +85,14 @@ class Prebuilt:
         if form is None:
             return conn.execute(self.statement, dict(values)).inserted_primary_key[0]
         return self.execute(conn, values).lastrowid
+
+
+def _positional(slots, values: Mapping[str, Any]) -> tuple:
+    params = []
+    for key, convert, literal in slots:
+        if key is None:
+            params.append(literal)
+            continue
+        value = values[key]
+        params.append(value if convert is None or value is None else convert(value))
+    return tuple(params)

@@ -1,0 +1,228 @@
+"""``append_messages`` (one write unit for many messages) and the prebuilt statements
+behind ``append_message``, against real files."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import sqlite3
+
+import pytest
+
+from hermes_store import SessionDB, SessionNotFoundError
+from hermes_store.errors import InvalidArgumentError
+from hermes_store.repository import prebuilt
+from hermes_store.repository.messages import MessagesMixin
+
+from repo_helpers import db, db_path  # noqa: F401
+
+#: one of every kind of message the encoding rules treat differently
+MIXED = [
+    {"role": "user", "content": "deploy the docker stack", "timestamp": 100.0},
+    {"role": "assistant", "content": None, "timestamp": 101.0, "finish_reason": "tool_calls",
+     "tool_calls": [{"id": "c1", "function": {"name": "shell"}},
+                    {"id": "c2", "function": {"name": "read"}}],
+     "reasoning": "think", "reasoning_details": [{"type": "summary", "text": "t"}]},
+    {"role": "tool", "content": "ok\ud800", "tool_call_id": "c1", "tool_name": "shell",
+     "timestamp": 102.0},
+    {"role": "tool", "content": "file text", "tool_call_id": "c2", "tool_name": "read",
+     "timestamp": 103.0, "effect_disposition": "applied"},
+    {"role": "assistant", "tool_calls": {"id": "c3"}, "timestamp": 104.0, "token_count": 7},
+    {"role": "user", "timestamp": 105.0, "platform_message_id": "p-9", "observed": True,
+     "content": [{"type": "text", "text": "look at this"},
+                 {"type": "image_url", "image_url": {"url": "data:x"}}]},
+    {"role": "assistant", "content": "the stack is deployed", "timestamp": 106.0,
+     "codex_reasoning_items": [{"id": "r"}], "codex_message_items": [{"id": "m"}],
+     "reasoning_content": "", "api_content": "the stack is deployed (wire)"},
+]
+
+
+def raw_rows(path):
+    conn = sqlite3.connect(path)
+    try:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM messages ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def hits(store, query):
+    """Search results without the session's creation time (each store made its own)."""
+    return [{k: v for k, v in hit.items() if k != "session_started"}
+            for hit in store.search_messages(query)]
+
+
+def counters(store, session_id):
+    row = store.get_session(session_id)
+    return row["message_count"], row["tool_call_count"]
+
+
+def message_count_raw(path):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def pair(db_path, tmp_path):
+    """Two stores on copies of the same head file, each with session s1."""
+    other = tmp_path / "other.db"
+    shutil.copyfile(db_path, other)
+    stores = [SessionDB(db_path), SessionDB(other)]
+    for store in stores:
+        store.create_session("s1", "cli")
+    yield stores
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def s1(db):
+    db.create_session("s1", "cli")
+    return "s1"
+
+
+# --------------------------------------------------------------------------- batch
+
+
+def test_a_batch_stores_what_one_call_per_message_stores(pair):
+    one_by_one, batched = pair
+    ids_single = [one_by_one.append_message("s1", **m) for m in MIXED]
+    ids_batch = batched.append_messages("s1", MIXED)
+
+    assert ids_batch == ids_single
+    assert raw_rows(batched.db_path) == raw_rows(one_by_one.db_path)
+    assert counters(batched, "s1") == counters(one_by_one, "s1") == (7, 3)
+    # the full-text indexes saw the same rows, and they match the table
+    for query in ("docker", "deployed", "shell", "look"):
+        found = hits(batched, query)
+        assert found and found == hits(one_by_one, query)
+    assert batched.fts_integrity_check() == []
+
+
+def test_returns_the_new_ids_in_order_after_earlier_messages(db, s1):
+    first = db.append_message(s1, "user", "before")
+    db.create_session("s2", "cli")
+    db.append_message("s2", "user", "elsewhere")
+    ids = db.append_messages(s1, ({"role": "user", "content": f"m{i}"} for i in range(5)))
+    assert ids == [m["id"] for m in db.get_messages(s1)][1:]
+    assert ids == sorted(ids) and ids[0] > first
+    assert counters(db, s1) == (6, 0)
+
+
+def test_unstamped_messages_get_the_call_time_in_order(db, s1):
+    before = db.get_session(s1)["started_at"]
+    db.append_messages(s1, [{"role": "user", "content": str(i)} for i in range(4)])
+    stamps = [m["timestamp"] for m in db.get_messages(s1)]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 4 and stamps[0] >= before
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ({"content": "no role"}, "role"),
+    ({"role": "assistant", "tool_calls": [object()]}, "tool_calls must be JSON-serializable"),
+    ({"role": "user", "content": object()}, "message content must be"),
+    ({"role": "user", "name": "bob"}, "unknown field"),
+    ("just text", "must be a dict"),
+])
+def test_a_bad_message_fails_the_whole_batch_and_names_it(db, s1, bad, reason):
+    db.append_message(s1, "user", "kept")
+    batch = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, bad]
+    with pytest.raises(InvalidArgumentError, match=reason) as info:
+        db.append_messages(s1, batch)
+    assert "messages[2]" in str(info.value)
+    assert [m["content"] for m in db.get_messages(s1)] == ["kept"]
+    assert counters(db, s1) == (1, 0)
+
+
+@pytest.mark.parametrize("not_a_batch", [{"role": "user"}, "user", None, 3])
+def test_messages_must_be_an_iterable_of_dicts(db, s1, not_a_batch):
+    with pytest.raises(InvalidArgumentError, match="iterable of dicts"):
+        db.append_messages(s1, not_a_batch)
+
+
+def test_unknown_session_raises_and_writes_nothing(db, db_path):
+    with pytest.raises(SessionNotFoundError, match="nope"):
+        db.append_messages("nope", [{"role": "user", "content": "x"}])
+    assert message_count_raw(db_path) == 0
+
+
+def test_empty_batch_is_a_no_op(db, db_path, s1):
+    assert db.append_messages(s1, []) == []
+    assert db.append_messages("nope", iter(())) == []
+    assert message_count_raw(db_path) == 0 and counters(db, s1) == (0, 0)
+
+
+def test_batch_fields_are_exactly_append_message_arguments():
+    from hermes_store.repository.messages import _APPEND_FIELDS
+
+    single = set(inspect.signature(MessagesMixin.append_message).parameters) - {
+        "self", "session_id"}
+    assert set(_APPEND_FIELDS) == single
+
+
+def _fail_inserts_of(path, content):
+    """A trigger that aborts inserting a message with this content (a failure inside
+    the write unit, after the counters were updated)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(
+            "CREATE TRIGGER test_refuse BEFORE INSERT ON messages "
+            f"WHEN new.content = '{content}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_a_failure_inside_the_unit_rolls_back_rows_and_counters(db_path, tmp_path):
+    with SessionDB(db_path) as store:
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "kept")
+    _fail_inserts_of(db_path, "boom")
+    with SessionDB(db_path) as store:
+        with pytest.raises(Exception, match="refused"):
+            store.append_messages("s1", [{"role": "user", "content": "a"},
+                                         {"role": "user", "content": "boom"}])
+        with pytest.raises(Exception, match="refused"):
+            store.append_message("s1", "user", "boom")
+        assert [m["content"] for m in store.get_messages("s1")] == ["kept"]
+        assert counters(store, "s1") == (1, 0)
+        assert store.fts_integrity_check() == []
+
+
+# --------------------------------------------------------------------------- prebuilt
+
+
+def test_core_fallback_stores_the_same_rows(pair, monkeypatch):
+    """A dialect the driver shortcut cannot serve runs the Core statements: same result."""
+    fast, core = pair
+    fast.append_message("s1", **MIXED[0])
+    fast.append_messages("s1", MIXED[1:])
+    monkeypatch.setattr(prebuilt.Prebuilt, "_driver_form", lambda self, dialect: None)
+    for statement in _prebuilt_statements():
+        monkeypatch.setattr(statement, "_forms", {})
+    core.append_message("s1", **MIXED[0])
+    core.append_messages("s1", MIXED[1:])
+    assert raw_rows(core.db_path) == raw_rows(fast.db_path)
+    assert counters(core, "s1") == counters(fast, "s1")
+    with pytest.raises(SessionNotFoundError):
+        core.append_message("nope", "user", "x")
+
+
+def _prebuilt_statements():
+    from hermes_store.repository import messages, search
+
+    return [v for module in (messages, search) for v in vars(module).values()
+            if isinstance(v, prebuilt.Prebuilt)]
+
+
+def test_driver_shortcut_refuses_what_needs_core_at_run_time():
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from hermes_store.repository.messages import _INSERT_MESSAGE
+
+    assert _INSERT_MESSAGE._driver_form(sqlite.dialect()) is not None
+    # pyformat parameters and an id that comes back through RETURNING
+    assert _INSERT_MESSAGE._driver_form(postgresql.dialect()) is None
