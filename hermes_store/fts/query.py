@@ -18,6 +18,7 @@ with portable Core filters).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Iterable
@@ -321,22 +322,32 @@ def plan_search(sanitized: str, indexes: Iterable[str]) -> SearchPlan | None:
 # --------------------------------------------------------------------------- SQL pieces
 
 
+_PRESENT_INDEXES = sa.text(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"
+)
+
+
 def available_indexes(conn: sa.Connection) -> frozenset[str]:
     """The FTS5 tables of the open file that search can use."""
-    rows = conn.execute(
-        sa.text("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"),
-        {"a": FTS_TABLE, "b": TRIGRAM_TABLE},
-    )
+    rows = conn.execute(_PRESENT_INDEXES, {"a": FTS_TABLE, "b": TRIGRAM_TABLE})
     return frozenset(name for (name,) in rows)
 
 
+@functools.lru_cache(maxsize=None)
 def fts_source(index: str) -> sa.TableClause:
-    """The FTS5 table as a FROM item: its ``rowid`` (= messages.id) and ``rank``."""
+    """The FTS5 table as a FROM item: its ``rowid`` (= messages.id) and ``rank``.
+
+    One object per index, so ``rank(index)`` and a join on ``fts_source(index)`` name
+    the same FROM item (two objects would be a cartesian product).
+    """
     return sa.table(index, sa.column("rowid"), sa.column("rank"))
 
 
-def match(index: str, expression: str) -> sa.ColumnElement[bool]:
-    return sa.literal_column(index).op("MATCH")(sa.bindparam(None, expression, type_=sa.Text))
+def match(index: str, expression: str | sa.BindParameter) -> sa.ColumnElement[bool]:
+    """``index MATCH expression``; ``expression`` is the text or a named bind parameter."""
+    if not isinstance(expression, sa.BindParameter):
+        expression = sa.bindparam(None, expression, type_=sa.Text)
+    return sa.literal_column(index).op("MATCH")(expression)
 
 
 def rank(index: str) -> sa.ColumnElement:
@@ -351,7 +362,8 @@ def snippet(index: str) -> sa.ColumnElement[str]:
     )
 
 
-def like_snippet(content: sa.ColumnElement, needle: str) -> sa.ColumnElement[str]:
+def like_snippet(content: sa.ColumnElement,
+                 needle: str | sa.ColumnElement) -> sa.ColumnElement[str]:
     """≤ 120 characters of ``content`` starting 40 before ``needle`` (no markers)."""
     start = sa.func.max(1, sa.func.instr(content, needle) - LIKE_SNIPPET_LEAD)
     return sa.func.substr(content, start, LIKE_SNIPPET_CHARS, type_=sa.Text)

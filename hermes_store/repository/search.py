@@ -22,13 +22,16 @@ roles) and the same result shape.
 
 from __future__ import annotations
 
+import functools
 import logging
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import sqlalchemy as sa
 
 from .. import schema
 from ..fts import query as fq
+from ..errors import DatabaseDamagedError
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 from .base import RepositoryBase
 from .messages import content_preview, decode_content
@@ -52,6 +55,45 @@ _RESULT_KEYS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name",
                 "model", "session_started")
 
 
+def _neighbour_id(before: bool) -> sa.ScalarSelect:
+    """The id of the message just before (after) the hit in its session, by
+    (timestamp, id), whatever its visibility.
+
+    A row-value comparison, not ``t < :t OR (t = :t AND id < :id)``: SQLite turns it into
+    a range of ``idx_messages_session`` (session_id, timestamp; the id rides along as
+    the rowid), where the OR walked the session from one end — 6 ms per neighbour in a
+    20,000-message session, against microseconds.
+    """
+    probe = M.alias("probe")
+    position = sa.tuple_(probe.c.timestamp, probe.c.id)
+    hit = sa.tuple_(M.c.timestamp, M.c.id)
+    if before:
+        nearer, order = position < hit, (probe.c.timestamp.desc(), probe.c.id.desc())
+    else:
+        nearer, order = position > hit, (probe.c.timestamp.asc(), probe.c.id.asc())
+    return (sa.select(probe.c.id).where(probe.c.session_id == M.c.session_id, nearer)
+            .order_by(*order).limit(1).scalar_subquery())
+
+
+# The context travels in the result query (two index probes per returned row) rather
+# than in two statements per hit: 40 round trips through SQLAlchemy cost more than the
+# whole search.
+_PREV = M.alias("prev_message")
+_NEXT = M.alias("next_message")
+_CONTEXT_COLUMNS = (
+    _PREV.c.role.label("prev_role"), _PREV.c.content.label("prev_content"),
+    _NEXT.c.role.label("next_role"), _NEXT.c.content.label("next_content"),
+)
+_PREV_ID = _neighbour_id(True)
+_NEXT_ID = _neighbour_id(False)
+
+
+def _with_neighbours(from_clause):
+    """``from_clause`` (which holds ``messages``) joined to each hit's neighbours."""
+    return (from_clause.outerjoin(_PREV, _PREV.c.id == _PREV_ID)
+            .outerjoin(_NEXT, _NEXT.c.id == _NEXT_ID))
+
+
 def _normalized_sort(sort: Any) -> str | None:
     if isinstance(sort, str) and sort.strip().lower() in ("newest", "oldest"):
         return sort.strip().lower()
@@ -67,12 +109,114 @@ def _as_list(values: Any) -> list | None:
     return [scrub_surrogates(v) for v in values]
 
 
-def _page(stmt, limit: int | None, offset: int):
-    if limit is not None and limit >= 0:
-        stmt = stmt.limit(limit)
-    if offset and offset > 0:
-        stmt = stmt.offset(offset)
+@dataclass(frozen=True)
+class _Shape:
+    """What a search's statements depend on besides bound values: one statement is
+    built (and compiled by SQLAlchemy) per shape, not per search."""
+
+    visible_only: bool
+    sources: bool  # source_filter given ([] matches nothing)
+    excluded: bool  # exclude_sources non-empty
+    roles: bool  # role_filter non-empty
+    limited: bool
+    offset: bool
+
+
+def _shape_and_values(source_filter, exclude_sources, role_filter, include_inactive,
+                      limit, offset) -> tuple[_Shape, dict]:
+    sources, excluded, roles = (_as_list(source_filter), _as_list(exclude_sources),
+                                _as_list(role_filter))
+    shape = _Shape(visible_only=not include_inactive, sources=sources is not None,
+                   excluded=bool(excluded), roles=bool(roles),
+                   limited=limit is not None and limit >= 0, offset=offset > 0)
+    values = {"sources": sources, "excluded": excluded, "roles": roles,
+              "page_limit": limit, "page_offset": offset}
+    return shape, values
+
+
+def _filters(shape: _Shape) -> list[sa.ColumnElement]:
+    filters: list[sa.ColumnElement] = []
+    if shape.visible_only:
+        filters.append(schema.VISIBLE_MESSAGE)
+        # rows a UI marked hidden (display_kind) are not part of the conversation
+        filters.append(sa.func.coalesce(M.c.display_kind, "") != "hidden")
+    if shape.sources:
+        filters.append(S.c.source.in_(sa.bindparam("sources", expanding=True)))
+    if shape.excluded:
+        filters.append(S.c.source.not_in(sa.bindparam("excluded", expanding=True)))
+    if shape.roles:
+        filters.append(M.c.role.in_(sa.bindparam("roles", expanding=True)))
+    return filters
+
+
+def _page(stmt, shape: _Shape):
+    if shape.limited:
+        stmt = stmt.limit(sa.bindparam("page_limit", type_=sa.Integer))
+    if shape.offset:
+        stmt = stmt.offset(sa.bindparam("page_offset", type_=sa.Integer))
     return stmt
+
+
+def _matches(index: str):
+    source = fq.fts_source(index)
+    return source.join(M, M.c.id == source.c.rowid).join(S, S.c.id == M.c.session_id)
+
+
+def _matching(index: str) -> sa.ColumnElement[bool]:
+    return fq.match(index, sa.bindparam("expression", type_=sa.Text))
+
+
+@functools.lru_cache(maxsize=None)
+def _ranked(index: str, shape: _Shape) -> sa.Select:
+    """A page of matches best first, snippet and context included.
+
+    ORDER BY rank alone lets FTS5 hand rows over best first, so snippet() and the
+    context run for the returned page only; any second key (the id) makes SQLite
+    compute every match and sort them itself.
+    """
+    rank = fq.rank(index)
+    return _page(
+        sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
+                  *_CONTEXT_COLUMNS, rank.label("rank"))
+        .select_from(_with_neighbours(_matches(index)))
+        .where(_matching(index), *_filters(shape)).order_by(rank),
+        shape,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _ids_by_time(index: str, sort: str, shape: _Shape) -> sa.Select:
+    """A page of match ids in time order (then relevance): the sort cannot be pushed
+    into FTS5, so it runs on ids alone and the page's details are read afterwards."""
+    when = M.c.timestamp.desc() if sort == "newest" else M.c.timestamp.asc()
+    return _page(
+        sa.select(M.c.id).select_from(_matches(index))
+        .where(_matching(index), *_filters(shape))
+        .order_by(when, fq.rank(index), M.c.id),
+        shape,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _match_details(index: str) -> sa.Select:
+    """Result rows (snippet, context) of the matches with the given ids."""
+    return (
+        sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
+                  *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(_matches(index)))
+        .where(_matching(index), fq.fts_source(index).c.rowid.in_(
+            sa.bindparam("page_ids", expanding=True)))
+    )
+
+
+_LIKE_DETAILS = (
+    sa.select(*_RESULT_COLUMNS,
+              fq.like_snippet(M.c.content, sa.bindparam("needle", type_=sa.Text))
+              .label("snippet"),
+              M.c.content, *_CONTEXT_COLUMNS)
+    .select_from(_with_neighbours(M.join(S, S.c.id == M.c.session_id)))
+    .where(M.c.id.in_(sa.bindparam("page_ids", expanding=True)))
+)
 
 
 class SearchMixin(RepositoryBase):
@@ -114,73 +258,50 @@ class SearchMixin(RepositoryBase):
         if limit == 0:
             return []
         sanitized = fq.sanitize_fts5_query(query)
-        with self._read() as conn:
-            plan = fq.plan_search(sanitized, fq.available_indexes(conn))
-            if plan is None:
-                return []
-            filters = self._search_filters(source_filter, exclude_sources, role_filter,
-                                           include_inactive)
-            rows = self._run_plan(conn, plan, filters, _normalized_sort(sort), limit, offset)
-            return [self._with_context(conn, row) for row in rows]
+        shape, values = _shape_and_values(source_filter, exclude_sources, role_filter,
+                                          include_inactive, limit, offset)
+        index_failed = False
+        try:
+            with self._read() as conn:
+                plan = fq.plan_search(sanitized, fq.available_indexes(conn))
+                if plan is None:
+                    return []
+                rows, index_failed = self._run_plan(conn, plan, shape, values,
+                                                    _normalized_sort(sort))
+                results = [_with_context(row) for row in rows]
+        except DatabaseDamagedError:
+            # FTS5 keeps the error of a failed rank-ordered MATCH and reports it once more
+            # when the read snapshot commits; the fallback has already read the answer.
+            if not index_failed:
+                raise
+        return results
 
     # ------------------------------------------------------------------ routes
 
-    @staticmethod
-    def _search_filters(source_filter, exclude_sources, role_filter,
-                        include_inactive) -> list[sa.ColumnElement]:
-        filters: list[sa.ColumnElement] = []
-        if not include_inactive:
-            filters.append(schema.VISIBLE_MESSAGE)
-            # rows a UI marked hidden (display_kind) are not part of the conversation
-            filters.append(sa.func.coalesce(M.c.display_kind, "") != "hidden")
-        sources = _as_list(source_filter)
-        if sources is not None:
-            filters.append(S.c.source.in_(sources))
-        excluded = _as_list(exclude_sources)
-        if excluded:
-            filters.append(S.c.source.not_in(excluded))
-        roles = _as_list(role_filter)
-        if roles:
-            filters.append(M.c.role.in_(roles))
-        return filters
-
-    def _run_plan(self, conn, plan: fq.SearchPlan, filters, sort, limit, offset) -> list:
+    def _run_plan(self, conn, plan: fq.SearchPlan, shape: _Shape, values: dict,
+                  sort) -> tuple[list, bool]:
+        """The page of rows, and whether a full-text index failed (LIKE answered)."""
         if plan.route == fq.ROUTE_LIKE:
-            return self._like_search(conn, plan.like_terms, filters, limit, offset)
+            return self._like_search(conn, plan.like_terms, shape, values), False
         index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
-            rows = self._match_search(conn, index, plan.match, filters, sort, limit, offset)
+            rows = _match_search(conn, index, plan.match, shape, values, sort)
             if rows or plan.retry_trigram is None:
-                return rows
-            if offset and self._match_search(conn, index, plan.match, filters, sort, 1, 0):
-                return rows  # past the last page, not "nothing found"
-            return self._match_search(conn, TRIGRAM_TABLE, plan.retry_trigram, filters,
-                                      sort, limit, offset)
+                return rows, False
+            if shape.offset:
+                first = replace(shape, limited=True, offset=False)
+                if _match_search(conn, index, plan.match, first, {**values, "page_limit": 1},
+                                 sort):
+                    return rows, False  # past the last page, not "nothing found"
+            return _match_search(conn, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
+                                 sort), False
         except sa.exc.DatabaseError as exc:
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "
                         "LIKE scan instead", index, getattr(exc, "orig", exc), plan.match)
-            return self._like_search(conn, plan.fallback_like_terms, filters, limit, offset)
+            rows = self._like_search(conn, plan.fallback_like_terms, shape, values)
+            return rows, True
 
-    @staticmethod
-    def _match_search(conn, index: str, expression: str, filters, sort, limit, offset):
-        source = fq.fts_source(index)
-        rank = fq.rank(index)
-        if sort == "newest":
-            order = (M.c.timestamp.desc(), rank, M.c.id)
-        elif sort == "oldest":
-            order = (M.c.timestamp.asc(), rank, M.c.id)
-        else:
-            order = (rank, M.c.id)
-        stmt = (
-            sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content)
-            .select_from(source.join(M, M.c.id == source.c.rowid)
-                         .join(S, S.c.id == M.c.session_id))
-            .where(fq.match(index, expression), *filters)
-            .order_by(*order)
-        )
-        return conn.execute(_page(stmt, limit, offset)).all()
-
-    def _like_search(self, conn, terms: Iterable[str], filters, limit, offset):
+    def _like_search(self, conn, terms: Iterable[str], shape: _Shape, values: dict):
         terms = [t for t in terms if t]
         if not terms:
             return []
@@ -193,40 +314,39 @@ class SearchMixin(RepositoryBase):
                    M.c.tool_calls.contains(t, autoescape=True))
             for t in terms
         ))
-        stmt = (
-            sa.select(*_RESULT_COLUMNS, fq.like_snippet(M.c.content, terms[0]).label("snippet"),
-                      M.c.content)
-            .select_from(M.join(S, S.c.id == M.c.session_id))
-            .where(in_window, any_term, *filters)
-            .order_by(M.c.timestamp.desc(), M.c.id.desc())
-        )
-        return conn.execute(_page(stmt, limit, offset)).all()
+        # time order needs a sort of every row found: ids first, details for the page
+        page = conn.execute(_page(
+            sa.select(M.c.id).select_from(M.join(S, S.c.id == M.c.session_id))
+            .where(in_window, any_term, *_filters(shape))
+            .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
+        ), values).scalars().all()
+        return _in_page_order(page, conn.execute(
+            _LIKE_DETAILS, {"page_ids": page, "needle": terms[0]}) if page else ())
 
-    # ------------------------------------------------------------------ context
 
-    @staticmethod
-    def _with_context(conn, row) -> dict:
-        result = {key: getattr(row, key) for key in _RESULT_KEYS}
-        try:
-            same_session = M.c.session_id == row.session_id
-            before = sa.or_(M.c.timestamp < row.timestamp,
-                            sa.and_(M.c.timestamp == row.timestamp, M.c.id < row.id))
-            after = sa.or_(M.c.timestamp > row.timestamp,
-                           sa.and_(M.c.timestamp == row.timestamp, M.c.id > row.id))
-            prev = conn.execute(
-                sa.select(M.c.role, M.c.content).where(same_session, before)
-                .order_by(M.c.timestamp.desc(), M.c.id.desc()).limit(1)
-            ).first()
-            nxt = conn.execute(
-                sa.select(M.c.role, M.c.content).where(same_session, after)
-                .order_by(M.c.timestamp, M.c.id).limit(1)
-            ).first()
-            neighbours = [prev, (row.role, row.content), nxt]
-            result["context"] = [
-                {"role": role, "content": content_preview(decode_content(content))[:CONTEXT_CHARS]}
-                for role, content in (n for n in neighbours if n is not None)
-            ]
-        except sa.exc.DatabaseError as exc:
-            log.warning("search context for message %s unavailable: %s", row.id, exc)
-            result["context"] = []
-        return result
+def _match_search(conn, index: str, expression: str, shape: _Shape, values: dict, sort):
+    values = {**values, "expression": expression}
+    if sort is None:
+        rows = conn.execute(_ranked(index, shape), values).all()
+        # ties in rank are ordered by id within the page, where it is free
+        return sorted(rows, key=lambda row: (row.rank, row.id))
+    page = conn.execute(_ids_by_time(index, sort, shape), values).scalars().all()
+    return _in_page_order(page, conn.execute(
+        _match_details(index), {"expression": expression, "page_ids": page}) if page else ())
+
+
+def _in_page_order(page: list, rows) -> list:
+    by_id = {row.id: row for row in rows}
+    return [by_id[message_id] for message_id in page]
+
+
+def _with_context(row) -> dict:
+    fields = row._mapping
+    result = {key: fields[key] for key in _RESULT_KEYS}
+    around = ((fields["prev_role"], fields["prev_content"]), (result["role"], fields["content"]),
+              (fields["next_role"], fields["next_content"]))
+    result["context"] = [
+        {"role": role, "content": content_preview(decode_content(content))[:CONTEXT_CHARS]}
+        for role, content in around if role is not None
+    ]
+    return result
