@@ -83,13 +83,7 @@ _CONVERSATION_COLUMNS = (
 
 # The hot write path runs prebuilt statements with bound values: a statement built per
 # call (19 literal values) cost SQLAlchemy more CPU than SQLite's own work for the row.
-_MESSAGE_ROW_KEYS = (
-    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-    "effect_disposition", "timestamp", "token_count", "finish_reason", "reasoning",
-    "reasoning_content", "reasoning_details", "codex_reasoning_items",
-    "codex_message_items", "platform_message_id", "observed", "active", "api_content",
-)
-_INSERT_MESSAGE = Prebuilt(sa.insert(M), column_keys=_MESSAGE_ROW_KEYS)
+# (_INSERT_MESSAGE is built below _message_row, whose keys it names)
 _COUNT_ADDED = Prebuilt(
     sa.update(S)
     .where(S.c.id == sa.bindparam("counted_session", type_=sa.Text))
@@ -223,6 +217,10 @@ def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
         "api_content": scrub_surrogates(api_content) if isinstance(api_content, str) else None,
     }
 
+
+# the INSERT names exactly the columns a message row carries
+_INSERT_MESSAGE = Prebuilt(sa.insert(M),
+                           column_keys=tuple(_message_row("", "user", timestamp=0.0)))
 
 #: the keys a message of ``append_messages`` may carry (``append_message``'s arguments)
 _APPEND_FIELDS = ("role", "timestamp") + tuple(
