@@ -317,9 +317,11 @@ def _append_rows(session_id: str, messages: Iterable[Mapping[str, Any]]) -> tupl
     return rows, tool_calls_total
 
 
-def _decoded_row(row) -> dict:
-    """A full message row as a dict, content and tool_calls decoded."""
-    msg = dict(row._mapping)
+def _decoded_row(row, keys=None) -> dict:
+    """A full message row as a dict, content and tool_calls decoded. ``keys`` (the
+    result's column names, taken once per result) spares a mapping per row, which
+    is most of the cost of reading a long transcript."""
+    msg = dict(zip(keys, row)) if keys is not None else dict(row._mapping)
     msg["content"] = decode_content(msg.get("content"))
     if msg.get("tool_calls"):
         msg["tool_calls"] = _load_json(msg["tool_calls"], "tool_calls", [])
@@ -662,8 +664,10 @@ class MessagesMixin(RepositoryBase):
         if offset:
             stmt = stmt.offset(offset)
         with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return [_decoded_row(row) for row in rows]
+            result = conn.execute(stmt)
+            keys = list(result.keys())
+            rows = result.all()
+        return [_decoded_row(row, keys) for row in rows]
 
     def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
                                      include_inactive: bool = False,
