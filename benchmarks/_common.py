@@ -113,6 +113,24 @@ def timed(fn: Callable[[], object], sink: list[float]) -> object:
     return out
 
 
+def interleaved(sides: dict[str, tuple[Callable[[], object], "Samples"]], rounds: int,
+                iterations: int) -> dict[str, dict]:
+    """Time every side ``iterations`` times per round, rotating which side goes first
+    each round so no side always runs on a warm (or cold) cache; returns each side's
+    summary."""
+    order = list(sides)
+    for _ in range(rounds):
+        order = order[1:] + order[:1]
+        for name in order:
+            fn, samples = sides[name]
+            sink = samples.new_round()
+            for _ in range(iterations):
+                t0 = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - t0)
+    return {name: samples.summary() for name, (_, samples) in sides.items()}
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import shutil
 import sqlite3
 import subprocess

@@ -9,14 +9,13 @@ so ours ÷ floor is the cost of SQLAlchemy plus our row decoding.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import Samples, log, main_for  # noqa: E402
+from _common import Samples, interleaved, log, main_for  # noqa: E402
 from _floor import Floor, Recorder, engine_of  # noqa: E402
 
 NAME = "read"
@@ -62,17 +61,7 @@ def run(args, report) -> None:
         if up is not None:
             up_out = getattr(up, method)(*a, **kw)
             sides["upstream"] = (lambda: getattr(up, method)(*a, **kw), Samples())
-        order = list(sides)
-        for r in range(args.rounds):
-            order = order[1:] + order[:1]
-            for name in order:
-                fn, samples = sides[name]
-                sink = samples.new_round()
-                for _ in range(ITERATIONS):
-                    t0 = time.perf_counter()
-                    fn()
-                    sink.append(time.perf_counter() - t0)
-        res = {k: s.summary() for k, (_, s) in sides.items()}
+        res = interleaved(sides, args.rounds, ITERATIONS)
         g = lambda side: (res[side]["p50"] * 1e3) if side in res else None  # noqa: E731
         size = lambda out: len(out) if isinstance(out, list) else out  # noqa: E731
         report.add(NAME, case, "p50", "ms", g("ours"), g("floor"), g("upstream"),

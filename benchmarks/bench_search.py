@@ -18,14 +18,13 @@ Target: p50 ≤ upstream at 100k for every kind; the fallback bounded.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import Samples, human, log, main_for  # noqa: E402
+from _common import Samples, human, interleaved, log, main_for  # noqa: E402
 from _floor import Floor, Recorder, engine_of  # noqa: E402
 
 NAME = "search"
@@ -102,17 +101,7 @@ def run(args, report) -> None:
             if up is not None:
                 up_hits, up_ticks = up_work.measure(lambda: up.search_messages(query, **kwargs))
                 sides["upstream"] = (lambda: up.search_messages(query, **kwargs), Samples())
-            order = list(sides)
-            for r in range(args.rounds):
-                order = order[1:] + order[:1]
-                for name in order:
-                    fn, samples = sides[name]
-                    sink = samples.new_round()
-                    for _ in range(ITERATIONS):
-                        t0 = time.perf_counter()
-                        fn()
-                        sink.append(time.perf_counter() - t0)
-            res = {k: s.summary() for k, (_, s) in sides.items()}
+            res = interleaved(sides, args.rounds, ITERATIONS)
             g = lambda side, stat: (res[side][stat] * 1e3) if side in res else None  # noqa: E731
             case = f"{kind} «{query}», {human(n)}"
             o, u = g("ours", "p50"), g("upstream", "p50")
