@@ -121,6 +121,18 @@ def _rebuild_gate(row: str, high_water_key: str, progress_key: str) -> str:
     return f"({row}.id > {marker(high_water_key)} OR {row}.id <= {marker(progress_key)})"
 
 
+#: columns whose change re-indexes a row (role decides tool-row and trigram eligibility)
+_WORD_WATCHED = ("content", "tool_name", "tool_calls", "role")
+_TRIGRAM_WATCHED = ("content", "tool_name", "role")
+
+
+def _on_change(columns: tuple[str, ...]) -> str:
+    """An update trigger's event and WHEN, from one column list: fire only when one
+    of the indexed columns really changed (most updates touch counters and flags)."""
+    changed = " OR ".join(f"old.{c} IS NOT new.{c}" for c in columns)
+    return f"AFTER UPDATE OF {', '.join(columns)} ON messages\nWHEN ({changed})"
+
+
 def _base_gate(row: str) -> str:
     return _rebuild_gate(row, REBUILD_HIGH_WATER_KEY, REBUILD_PROGRESS_KEY)
 
@@ -214,9 +226,7 @@ END""",
     # Narrowed to the indexed columns: most updates (counters, flags) skip FTS entirely.
     "messages_fts_update": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_update
-AFTER UPDATE OF content, tool_name, tool_calls, role ON messages
-WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name
-      OR old.tool_calls IS NOT new.tool_calls OR old.role IS NOT new.role)
+{_on_change(_WORD_WATCHED)}
      AND {_base_gate('old')}
 BEGIN
     INSERT INTO {FTS_TABLE}({FTS_TABLE}, {_FTS_COLUMNS}) VALUES ('delete', {_fts_values('old')});
@@ -239,9 +249,7 @@ END""",
     # eligibility test instead of one WHEN for both.
     "messages_fts_trigram_update": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update
-AFTER UPDATE OF content, tool_name, role ON messages
-WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name
-      OR old.role IS NOT new.role)
+{_on_change(_TRIGRAM_WATCHED)}
      AND {_base_gate('old')}
 BEGIN
     INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, {_TRIGRAM_COLUMNS})
@@ -283,9 +291,7 @@ BEGIN
 END""",
         "messages_fts_cjk_update": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_cjk_update
-AFTER UPDATE OF content, tool_name, tool_calls, role ON messages
-WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name
-      OR old.tool_calls IS NOT new.tool_calls OR old.role IS NOT new.role)
+{_on_change(_WORD_WATCHED)}
      AND {_cjk_gate('old')}
 BEGIN
     INSERT INTO {CJK_TABLE}({CJK_TABLE}, {_FTS_COLUMNS})
