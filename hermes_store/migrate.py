@@ -8,7 +8,8 @@
     migrate.downgrade("state.db", "0021")
 
 Revision ``00NN`` is upstream schema version N (decision D2). Everything runs the
-Alembic scripts shipped inside the package (``hermes_store/migrations``) through an
+Alembic scripts shipped with the package (``migrations/``, installed as
+``hermes_store.migrations``) through an
 in-memory :class:`alembic.config.Config`, so no ``alembic.ini`` is needed on disk; the
 repository's ``alembic.ini`` runs the very same ``env.py`` for ``alembic -x db=PATH …``.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import re
 import sqlite3
@@ -47,8 +49,20 @@ from . import errors
 from .engine import translate_error
 from .paths import default_db_path
 
+def _migrations_dir() -> Path:
+    # `migrations/` at the repository root installs as the subpackage
+    # `hermes_store.migrations` (pyproject's package-dir); find_spec locates it the same
+    # way in a wheel and in an editable checkout, without importing env.py.
+    spec = importlib.util.find_spec("hermes_store.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise errors.HermesStoreError(
+            "hermes_store.migrations is missing from this installation; reinstall hermes_store"
+        )
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 #: the packaged Alembic scripts (env.py, versions/)
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+MIGRATIONS_DIR = _migrations_dir()
 
 #: ``progress(revision, description)`` is called after each applied step
 Progress = Callable[[str, str], None]
