@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.visitors import InternalTraversal
 
 
 def insert_for(conn: sa.Connection, table: sa.Table):
@@ -38,6 +39,11 @@ class json_text(FunctionElement):
     type = sa.Text()
     inherit_cache = True
     name = "json_text"
+    # The key is spelled into the SQL, so it must be part of the statement cache key:
+    # otherwise two statements differing only in the key share one compiled form.
+    _traverse_internals = FunctionElement._traverse_internals + [
+        ("key", InternalTraversal.dp_string)
+    ]
 
     def __init__(self, column, key: str):
         if not key.replace("_", "").isalnum():
