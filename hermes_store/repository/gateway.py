@@ -28,6 +28,7 @@ from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from .dialect import insert_for
 from .sessions import RECOVERABLE_END_REASONS, row_dict, session_columns
+from .values import scrub_surrogates
 
 S = schema.sessions
 M = schema.messages
@@ -126,9 +127,11 @@ class GatewayMixin(RepositoryBase):
                 f"{type(entries).__name__}"
             )
         now = time.time()
+        # a mapping is not scrubbed at the API boundary (only text and lists are)
         rows = [
-            {"scope": scope, "session_key": key,
-             "entry_json": _json_text(value, f"entries[{key!r}]"), "updated_at": now}
+            {"scope": scope, "session_key": scrub_surrogates(key),
+             "entry_json": scrub_surrogates(_json_text(value, f"entries[{key!r}]")),
+             "updated_at": now}
             for key, value in entries.items() if key and value
         ]
 

@@ -366,3 +366,12 @@ def test_an_ended_newest_session_hides_its_key_from_the_live_list(routed):
     routed.end_session("b", "session_reset")
     assert listed(routed) == ["c"]            # "a" (older, live) does not stand in
     assert "a" not in listed(routed, active_only=False)
+
+
+def test_lone_surrogates_in_entries_are_replaced_not_fatal(db):
+    db.save_gateway_routing_entry("k\udc80", '{"name": "\ud800"}')
+    db.replace_gateway_routing_entries({"a\udc80": '"\udfff"'}, scope="s")
+    assert db.load_gateway_routing_entries() == {"k\ufffd": '{"name": "\ufffd"}'}
+    assert db.load_gateway_routing_entries(scope="s") == {"a\ufffd": '"\ufffd"'}
+    db.delete_gateway_routing_entries(["a\udc80"], scope="s")    # reaches the scrubbed key
+    assert db.load_gateway_routing_entries(scope="s") == {}
