@@ -34,7 +34,10 @@ from .errors import (
     UnsafePathError,
 )
 from .paths import default_db_path
+from .repository.gateway import GatewayMixin
+from .repository.handoff import HandoffMixin
 from .repository.lineage import LineageMixin
+from .repository.lookups import LookupsMixin
 from .repository.maintenance import MaintenanceMixin
 from .repository.messages import MessagesMixin
 from .repository.meta import MetaMixin
@@ -121,6 +124,9 @@ class SessionDB(
     MaintenanceMixin,
     MessagesMixin,
     SearchMixin,
+    GatewayMixin,
+    HandoffMixin,
+    LookupsMixin,
 ):
     """The Hermes session store over one SQLite file (see the module docstring)."""
 

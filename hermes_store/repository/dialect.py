@@ -1,6 +1,6 @@
 """The only place where the repository's SQL depends on the database dialect.
 
-The repository modules build portable SQLAlchemy Core statements; the two things Core
+The repository modules build portable SQLAlchemy Core statements; the things Core
 does not spell portably are kept here, each as one small construct:
 
 * ``insert_for(conn, table)`` — the dialect's ``INSERT`` with ``ON CONFLICT`` support
@@ -9,8 +9,15 @@ does not spell portably are kept here, each as one small construct:
   when the key is absent or the stored text is not valid JSON (``model_config`` markers
   such as ``_delegate_from`` are read this way). Compiled per dialect: SQLite guards
   ``json_extract`` with ``json_valid`` so one malformed row cannot fail a whole query.
+* ``starts_with(column, prefix)`` — an exact, case-sensitive prefix test that an index
+  on the column can serve. Core's ``startswith`` is a ``LIKE``, which SQLite compares
+  case-insensitively and cannot serve from an ordinary index; a ``>= prefix AND <
+  successor`` range is exact only under a byte-order collation, which SQLite's
+  ``BINARY`` is and a PostgreSQL database's default collation usually is not. So SQLite
+  gets the range and every other dialect PostgreSQL's built-in ``starts_with()``.
 
-A PostgreSQL backend adds its ``@compiles`` rule for ``json_text`` and nothing else here.
+A PostgreSQL backend adds its ``@compiles`` rule for ``json_text``; ``starts_with``
+already renders PostgreSQL's own function.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.visitors import InternalTraversal
 
 
 def insert_for(conn: sa.Connection, table: sa.Table):
@@ -38,6 +46,11 @@ class json_text(FunctionElement):
     type = sa.Text()
     inherit_cache = True
     name = "json_text"
+    # The key is spelled into the SQL, so it must be part of the statement cache key:
+    # otherwise two statements differing only in the key share one compiled form.
+    _traverse_internals = FunctionElement._traverse_internals + [
+        ("key", InternalTraversal.dp_string)
+    ]
 
     def __init__(self, column, key: str):
         if not key.replace("_", "").isalnum():
@@ -51,3 +64,34 @@ def _json_text_sqlite(element, compiler, **kw):
     (column,) = element.clauses
     col = compiler.process(column, **kw)
     return f"CASE WHEN json_valid({col}) THEN json_extract({col}, '$.{element.key}') END"
+
+
+class starts_with(FunctionElement):
+    """``starts_with(column, "prefix")``: true when the text begins with ``prefix``,
+    compared exactly (see the module docstring)."""
+
+    # Untyped rather than Boolean: SQLite has no boolean type, and SQLAlchemy would
+    # compare a Boolean expression with 1, hiding the range from the index.
+    type = sa.types.NullType()
+    inherit_cache = True
+    name = "starts_with"
+
+    def __init__(self, column, prefix: str):
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError("starts_with needs a non-empty text prefix")
+        # the half-open range's upper end: the prefix with its last character bumped
+        successor = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        super().__init__(column, sa.literal(prefix, sa.Text()),
+                         sa.literal(successor, sa.Text()))
+
+
+@compiles(starts_with)
+def _starts_with_default(element, compiler, **kw):
+    column, prefix, _successor = element.clauses
+    return f"starts_with({compiler.process(column, **kw)}, {compiler.process(prefix, **kw)})"
+
+
+@compiles(starts_with, "sqlite")
+def _starts_with_sqlite(element, compiler, **kw):
+    column, prefix, successor = (compiler.process(c, **kw) for c in element.clauses)
+    return f"({column} >= {prefix} AND {column} < {successor})"

@@ -192,21 +192,27 @@ def _listing_statement(
     return stmt
 
 
-def _activity_ordered(stmt, terms, id_query, search_query):
-    """Order by the latest activity anywhere in each row's compression chain."""
+def compression_chains(terms) -> sa.CTE:
+    """``(root_id, cur_id)`` for every row matching ``terms`` (a root) and each
+    compression continuation below it, the root itself included."""
     parent, child = S.alias("chain_parent"), S.alias("chain_child")
     chain = (
         sa.select(S.c.id.label("root_id"), S.c.id.label("cur_id"))
         .where(*terms)
         .cte("chain", recursive=True)
     )
-    chain = chain.union_all(
+    return chain.union_all(
         sa.select(chain.c.root_id, child.c.id)
         .select_from(chain.join(parent, parent.c.id == chain.c.cur_id)
                      .join(child, child.c.parent_session_id == chain.c.cur_id))
         .where(parent.c.end_reason == kinds.COMPRESSION,
                kinds.is_continuation_candidate(child))
     )
+
+
+def with_chain_activity(stmt: sa.Select, chain: sa.CTE) -> tuple[sa.Select, sa.ColumnElement]:
+    """``stmt`` (over ``sessions`` roots) joined to the latest activity anywhere in each
+    root's chain, as ``_effective_last_active``; returns the statement and that value."""
     member = S.alias("member")
     member_active = sa.func.coalesce(
         sa.select(sa.func.max(M.c.timestamp))
@@ -222,6 +228,13 @@ def _activity_ordered(stmt, terms, id_query, search_query):
     stmt = stmt.add_columns(effective.label("_effective_last_active")).outerjoin(
         chain_max, chain_max.c.root_id == S.c.id
     )
+    return stmt, effective
+
+
+def _activity_ordered(stmt, terms, id_query, search_query):
+    """Order by the latest activity anywhere in each row's compression chain."""
+    chain = compression_chains(terms)
+    stmt, effective = with_chain_activity(stmt, chain)
     id_needle = (id_query or "").strip().lower()
     search_needle = (search_query or "").strip().lower()
     if id_needle:

@@ -74,7 +74,8 @@ _REVIEW_HARNESS_OPENINGS = (
     "Review the conversation above and consider saving to memory",
 )
 
-_CONVERSATION_COLUMNS = (
+#: the message columns a replay (conversation) entry is built from
+CONVERSATION_COLUMNS = (
     M.c.role, M.c.content, M.c.tool_call_id, M.c.tool_calls, M.c.tool_name,
     M.c.effect_disposition, M.c.finish_reason, M.c.reasoning, M.c.reasoning_content,
     M.c.reasoning_details, M.c.codex_reasoning_items, M.c.codex_message_items,
@@ -683,12 +684,19 @@ class MessagesMixin(RepositoryBase):
             # _parent_chain (lineage concern) joins this snapshot
             ids = (list(reversed(self._parent_chain(session_id))) or [session_id]
                    if include_ancestors else [session_id])
-            stmt = (sa.select(*_CONVERSATION_COLUMNS)
+            stmt = (sa.select(*CONVERSATION_COLUMNS)
                     .where(M.c.session_id.in_(ids)).order_by(M.c.id))
             if not include_inactive:
                 stmt = stmt.where(M.c.active == 1)
             rows = conn.execute(stmt).all()
+        return self._rows_to_conversation(rows, include_ancestors=include_ancestors,
+                                          repair_alternation=repair_alternation)
 
+    def _rows_to_conversation(self, rows: Iterable, *, include_ancestors: bool,
+                              repair_alternation: bool) -> list[dict]:
+        """Rows of ``CONVERSATION_COLUMNS`` (id order) as the replay list: decoded,
+        replayed prompts dropped across segments when ``include_ancestors``, review
+        harness turns removed, alternation repaired when asked."""
         messages: list[dict] = []
         for row in rows:
             msg = _conversation_entry(row)

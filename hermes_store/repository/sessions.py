@@ -30,8 +30,9 @@ _ENRICHABLE = (
     "model", "model_config", "session_key", "chat_id", "chat_type", "thread_id",
     "parent_session_id", "cwd", "profile_name",
 )
-#: end reasons a reset may overwrite (accidental closes that recovery would reopen)
-_PROMOTABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+#: end reasons of accidental closes (old gateway cleanup, a dashboard viewer leaving):
+#: recovery may reopen such a session and a reset may overwrite the reason
+RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 
 
 # --------------------------------------------------------------------------- row shape
@@ -281,7 +282,7 @@ class SessionsMixin(RepositoryBase):
             sa.update(S)
             .where(
                 S.c.id == session_id,
-                sa.or_(S.c.ended_at.is_(None), S.c.end_reason.in_(_PROMOTABLE_END_REASONS)),
+                sa.or_(S.c.ended_at.is_(None), S.c.end_reason.in_(RECOVERABLE_END_REASONS)),
             )
             .values(ended_at=time.time(), end_reason=reason)
         )
