@@ -34,6 +34,7 @@ from .errors import (
     UnsafePathError,
 )
 from .paths import default_db_path
+from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
 from .repository.lineage import LineageMixin
@@ -120,6 +121,7 @@ class SessionDB(
     LineageMixin,
     UsageMixin,
     PortabilityMixin,
+    CleanupMixin,
     MetaMixin,
     MaintenanceMixin,
     MessagesMixin,
