@@ -37,6 +37,7 @@ from .paths import default_db_path
 from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
+from .repository.importing import ImportMixin
 from .repository.lineage import LineageMixin
 from .repository.lookups import LookupsMixin
 from .repository.maintenance import MaintenanceMixin
@@ -122,6 +123,7 @@ class SessionDB(
     UsageMixin,
     PortabilityMixin,
     CleanupMixin,
+    ImportMixin,
     MetaMixin,
     MaintenanceMixin,
     MessagesMixin,

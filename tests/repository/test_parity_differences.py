@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 
 import pytest
 import sqlalchemy as sa
