@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
-from .messages import _bulk_rows
+from .messages import _INSERT_MESSAGE, _bulk_rows
 from .sessions import store_prompt
 from .values import scrub_surrogates
 
@@ -93,6 +93,7 @@ _MESSAGE_TEXT = (
 #: JSON fields an export carries as text; decoded so they are stored once-encoded
 _MESSAGE_JSON_TEXT = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INSERT_MESSAGE_KEYS = set(_INSERT_MESSAGE.column_keys)
 
 
 # --------------------------------------------------------------------------- values
@@ -412,7 +413,10 @@ class SessionWriter:
                 taken.add(row["id"])
                 keep.append(row)
         for group in _runs(keep) + _runs(renumber):
-            conn.execute(sa.insert(M), group)
+            if group[0].keys() == _INSERT_MESSAGE_KEYS:  # append's rows: the prebuilt INSERT
+                _INSERT_MESSAGE.execute_many(conn, group)
+            else:
+                conn.execute(sa.insert(M), group)
         self.tally.messages_added += len(rows)
 
     # -- parents
@@ -425,13 +429,18 @@ class SessionWriter:
         attach to it). A link whose parent does not exist is detached when ``final``,
         else kept for a later call (a batched import whose parent comes later).
         """
+        # A cycle needs an edge into the child: a child nothing points to is linked
+        # without walking up from its parent (a superset of targets is still exact).
+        targets = set(self._links.values())
         for child, parent in list(self._links.items()):
             if not _exists(conn, parent):
                 if final:
                     del self._links[child]
                     self.tally.detached += 1
                 continue
-            if self._would_cycle(conn, child, parent):
+            pointed_at = child in targets or conn.execute(
+                sa.select(S.c.id).where(S.c.parent_session_id == child).limit(1)).first()
+            if pointed_at and self._would_cycle(conn, child, parent):
                 del self._links[child]
                 self.tally.detached += 1
                 continue
