@@ -22,8 +22,10 @@ JSON: the header keys plus ``"sessions": [{"session": ..., "system_prompt": ...,
 "model_usage": [...], "messages": [...]}, ...]`` and ``"end"``.
 
 Import also reads upstream Hermes exports: one ``export_session()`` dict, a list of them
-(``export_all()``), or JSONL with one such dict per line. Those carry decoded message
-content and tool calls, which are re-encoded the way the store writes them.
+(``export_all()``), or JSONL with one such dict per line. Those are checked and written
+by the code behind ``SessionDB.import_sessions`` (``repository.importing``: the same
+rules and rows, without its size caps), and every session of either format is written
+by its ``SessionWriter``.
 
 Import validates the whole file first (nothing is written when any record is bad), then
 inserts in batches of whole sessions. A session whose id already exists is skipped with
