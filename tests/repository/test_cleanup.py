@@ -220,3 +220,29 @@ def test_cleanup_methods_refuse_a_read_only_store(db_path):
                      lambda: reader.delete_session_if_empty("x")):
             with pytest.raises(StoreReadOnlyError):
                 call()
+
+
+def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_path):
+    # Another process writes the first message and holds its unit open: the check and
+    # the delete wait for that commit, see the message, and keep the session.
+    import multiprocessing
+
+    import cleanup_workers
+    from hermes_store.engine import RetryPolicy
+
+    with SessionDB(db_path) as setup:
+        setup.create_session("s", "cli")
+    spawn = multiprocessing.get_context("spawn")
+    written = spawn.Event()
+    writer = spawn.Process(target=cleanup_workers.write_first_message_slowly,
+                           args=(str(db_path), "s", written, 1.0))
+    writer.start()
+    assert written.wait(30), "the writer did not start"
+    patient = RetryPolicy(attempts=60, busy_timeout=0.1, jitter_min=0.01, jitter_max=0.03)
+    with SessionDB(db_path, retry=patient) as db:
+        assert db.delete_session_if_empty("s") is False
+        retries = db._units.retries
+        assert [m["content"] for m in db.get_messages("s")] == ["just in time"]
+    writer.join(30)
+    assert writer.exitcode == 0
+    assert retries >= 1  # it did wait for the other unit
