@@ -268,7 +268,8 @@ def _prepare(index: int, sid: str, raw: dict, messages: list[dict]) -> PreparedS
     started = _real_or_none(raw.get("started_at"))
     row = {
         "id": sid,
-        **{name: scrub_surrogates(text[name]) for name in _SESSION_TEXT if name != "system_prompt"},
+        **{name: scrub_surrogates(text[name]) for name in _SESSION_TEXT
+           if name not in ("source", "system_prompt")},
         "source": scrub_surrogates(text["source"] or "import"),
         "model_config": scrub_surrogates(model_config),
         "started_at": started if started is not None else time.time(),
