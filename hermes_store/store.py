@@ -34,8 +34,10 @@ from .errors import (
     UnsafePathError,
 )
 from .paths import default_db_path
+from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
+from .repository.importing import ImportMixin
 from .repository.lineage import LineageMixin
 from .repository.lookups import LookupsMixin
 from .repository.maintenance import MaintenanceMixin
@@ -120,6 +122,8 @@ class SessionDB(
     LineageMixin,
     UsageMixin,
     PortabilityMixin,
+    CleanupMixin,
+    ImportMixin,
     MetaMixin,
     MaintenanceMixin,
     MessagesMixin,

@@ -22,8 +22,10 @@ JSON: the header keys plus ``"sessions": [{"session": ..., "system_prompt": ...,
 "model_usage": [...], "messages": [...]}, ...]`` and ``"end"``.
 
 Import also reads upstream Hermes exports: one ``export_session()`` dict, a list of them
-(``export_all()``), or JSONL with one such dict per line. Those carry decoded message
-content and tool calls, which are re-encoded the way the store writes them.
+(``export_all()``), or JSONL with one such dict per line. Those are checked and written
+by the code behind ``SessionDB.import_sessions`` (``repository.importing``: the same
+rules and rows, without its size caps), and every session of either format is written
+by its ``SessionWriter``.
 
 Import validates the whole file first (nothing is written when any record is bad), then
 inserts in batches of whole sessions. A session whose id already exists is skipped with
@@ -46,6 +48,7 @@ from sqlalchemy.engine import Connection, Engine
 from . import schema
 from .engine import create_engine, translate_error, writer
 from .errors import HermesStoreError, SessionNotFoundError, StoreReadOnlyError
+from .repository.importing import NO_LIMITS, ImportChecker, SessionWriter
 
 FORMAT_KEY = "hermes_store_export"
 FORMAT_VERSION = 1
@@ -454,9 +457,10 @@ def _write_markdown(records, out, meta, counts, tick) -> None:
 @dataclass
 class ImportReport:
     """What an import did. ``detached``: parent links dropped because the parent is in
-    neither the store nor the file; ``renumbered``: messages whose id was taken;
-    ``retitled``: sessions whose title another session already had (titles are unique),
-    imported as "<title> (imported)", "<title> (imported 2)", …"""
+    neither the store nor the file (or the link would close a cycle); ``renumbered``:
+    messages whose id was taken; ``retitled``: sessions whose title another session
+    already had (titles are unique), imported as "<title> (imported)", "<title>
+    (imported 2)", …"""
 
     format: str = ""
     sessions_added: int = 0
@@ -476,17 +480,27 @@ class ImportReport:
 
 @dataclass
 class _Session:
+    """A session record of the native format (every column as stored)."""
+
     line: int
     row: dict
     system_prompt: dict | None
     model_usage: list
-    native: bool
 
 
 @dataclass
 class _Message:
     line: int
     row: dict
+
+
+@dataclass
+class _Entry:
+    """An upstream-format session (``export_session()``'s dict, messages inside)."""
+
+    where: str  # "<path>:<line>" or "<path>: entry <n>", for error messages
+    index: int
+    raw: Any
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -511,18 +525,19 @@ def _detect(path: Path) -> str:
         return "jsonl" if whole_object and next(lines, None) is not None else "json"
 
 
-def _events(path: Path, fmt: str) -> Iterator[_Session | _Message]:
-    """Normalized records of a file, with line numbers for error messages."""
+def _events(path: Path, fmt: str) -> Iterator[_Session | _Message | _Entry]:
+    """The records of a file, with where they are for error messages."""
     if fmt == "jsonl":
         yield from _jsonl_events(path)
     else:
         yield from _json_events(path)
 
 
-def _jsonl_events(path: Path) -> Iterator[_Session | _Message]:
+def _jsonl_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
     native = None
     counts = ExportCounts()
     ended = False
+    entries = 0
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -557,14 +572,15 @@ def _jsonl_events(path: Path) -> Iterator[_Session | _Message]:
                 else:
                     raise ImportFileError(f"{path}:{lineno}: unknown record (keys {sorted(record)})")
             else:
-                yield from _upstream_session(record, lineno)
+                yield _Entry(f"{path}:{lineno}", entries, record)
+                entries += 1
     if native and not ended:
         raise ImportFileError(
             f"{path}: the end record is missing, so the file is truncated; export it again"
         )
 
 
-def _json_events(path: Path) -> Iterator[_Session | _Message]:
+def _json_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
     # A JSON document is parsed whole; JSONL is the streaming format for big stores.
     with _open_text(path) as fh:
         try:
@@ -585,10 +601,10 @@ def _json_events(path: Path) -> Iterator[_Session | _Message]:
             for message in messages:
                 yield _Message(index, _decode_row(_expect_dict(message, index, "message")))
     elif isinstance(doc, dict):
-        yield from _upstream_session(doc, 1)
+        yield _Entry(str(path), 0, doc)
     elif isinstance(doc, list):
         for index, entry in enumerate(doc):
-            yield from _upstream_session(entry, index)
+            yield _Entry(f"{path}: entry {index}", index, entry)
     else:
         raise ImportFileError(f"{path}: expected a JSON object or a list of sessions")
 
@@ -622,44 +638,33 @@ def _native_session(record: dict, where: int) -> _Session:
         row,
         _decode_row(_expect_dict(prompt, where, "system_prompt")) if prompt is not None else None,
         [_decode_row(_expect_dict(u, where, "model_usage row")) for u in usage],
-        native=True,
     )
 
 
-def _encode_json_field(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bytes)):
-        return value
-    return json.dumps(value)
+#: errors listed in one ImportFileError (the rest are counted)
+_MAX_LISTED_ERRORS = 20
 
 
-def _upstream_session(raw: Any, where: int) -> Iterator[_Session | _Message]:
-    """An ``export_session()``-shaped dict: session columns plus decoded ``messages``."""
-    raw = _expect_dict(raw, where, "session")
-    messages = raw.get("messages") or []
-    if not isinstance(messages, list):
-        raise ImportFileError(f"record {where}: messages must be a list")
-    row = {k: v for k, v in raw.items() if k != "messages"}
-    if isinstance(row.get("model_config"), dict):
-        row["model_config"] = json.dumps(row["model_config"]) if row["model_config"] else None
-    row.setdefault("source", "import")
-    yield _Session(where, row, None, [], native=False)
-    for message in messages:
-        m = dict(_expect_dict(message, where, "message"))
-        content = m.get("content")
-        if isinstance(content, (list, dict)):
-            m["content"] = CONTENT_JSON_PREFIX + json.dumps(content)
-        for key in ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items"):
-            if key in m:
-                m[key] = _encode_json_field(m[key]) or None
-        yield _Message(where, m)
+def _validate(events: Iterable[_Session | _Message | _Entry], path: Path) -> int:
+    """Check every record before anything is written; returns the number of messages.
 
-
-def _validate(events: Iterable[_Session | _Message], path: Path) -> tuple[int, int]:
-    """Check every record before anything is written; returns (sessions, messages)."""
+    Upstream-format entries are checked by ``import_sessions``' own rules
+    (``ImportChecker``) without its caps: the import streams and commits in batches.
+    """
     seen: set[str] = set()
     current: str | None = None
     n_messages = 0
+    checker = ImportChecker(NO_LIMITS)
+    entry_errors: list[str] = []
     for event in events:
+        if isinstance(event, _Entry):
+            result = checker.check(event.index, event.raw)
+            if isinstance(result, dict):
+                sid = f"session {result['session_id']!r}: " if "session_id" in result else ""
+                entry_errors.append(f"{event.where}: {sid}{result['error']}")
+            else:
+                n_messages += len(result.messages)
+            continue
         where = f"{path}:{event.line}"
         if isinstance(event, _Session):
             sid = event.row.get("id")
@@ -694,7 +699,14 @@ def _validate(events: Iterable[_Session | _Message], path: Path) -> tuple[int, i
             if mid is not None and (not isinstance(mid, int) or isinstance(mid, bool)):
                 raise ImportFileError(f"{where}: message id must be an integer")
             n_messages += 1
-    return len(seen), n_messages
+    if entry_errors:
+        listed = entry_errors[:_MAX_LISTED_ERRORS]
+        more = len(entry_errors) - len(listed)
+        raise ImportFileError(
+            f"{len(entry_errors)} session(s) of {path} cannot be imported; nothing was "
+            "written:\n" + "\n".join(listed) + (f"\n… and {more} more" if more else "")
+        )
+    return n_messages
 
 
 def import_file(
@@ -714,7 +726,7 @@ def import_file(
     if not path.is_file():
         raise ImportFileError(f"{path} does not exist or is not a file")
     fmt = _detect(path)
-    _, total_messages = _validate(_events(path, fmt), path)
+    total_messages = _validate(_events(path, fmt), path)
 
     report = ImportReport(format=fmt)
     opened = _Opened(db, read_only=False)
@@ -733,6 +745,9 @@ _DERIVED_SESSION_KEYS = {"last_active", "preview", "_lineage_root_id", "messages
 
 
 class _Importer:
+    """Drives an import through ``SessionWriter`` (the code ``import_sessions`` runs),
+    committing whole sessions in batches of about ``batch_size`` messages."""
+
     def __init__(self, engine: Engine, report: ImportReport, batch_size: int, progress, total: int):
         self.engine = writer(engine)
         self.label = engine.url.database
@@ -742,11 +757,12 @@ class _Importer:
         self.total = total
         self.done = 0
         self.ignored: set[str] = set()
-        self.pending_parents: dict[str, str] = {}
+        self.sessions = SessionWriter()
+        self.entries = ImportChecker(NO_LIMITS)  # the same checks as the validation pass
         self.current: str | None = None  # the session being imported (for errors)
         self.committed = 0  # sessions added and committed
 
-    def run(self, events: Iterator[_Session | _Message]) -> None:
+    def run(self, events: Iterator[_Session | _Message | _Entry]) -> None:
         try:
             self._run(events)
         except sa.exc.DBAPIError as exc:
@@ -758,189 +774,105 @@ class _Importer:
                 f"({exc.orig}). The {self.committed} session(s) committed before it stay; fix "
                 "the file and import it again (sessions already present are skipped)."
             ) from exc
+        finally:
+            self._report()
+
+    def _report(self) -> None:
+        tally = self.sessions.tally
+        self.report.sessions_added = len(tally.imported_ids)
+        self.report.sessions_skipped = len(tally.skipped_ids)
+        self.report.added_ids = list(tally.imported_ids)
+        self.report.skipped_ids = list(tally.skipped_ids)
+        self.report.messages_added = tally.messages_added
+        self.report.messages_skipped = tally.messages_skipped
+        self.report.detached = tally.detached
+        self.report.renumbered = tally.renumbered
+        self.report.retitled = tally.retitled
         self.report.ignored_fields = sorted(self.ignored)
 
-    def _run(self, events: Iterator[_Session | _Message]) -> None:
+    def _run(self, events: Iterator[_Session | _Message | _Entry]) -> None:
         conn: Connection | None = None
         tx = None
         in_batch = 0
         skipping = False
-        recount = False
         buffer: list[dict] = []
-        current: str | None = None
         try:
             for event in events:
-                if isinstance(event, _Session):
-                    if conn is not None:
-                        self._flush(conn, buffer, current, recount)
-                        if in_batch >= self.batch_size:
-                            tx.commit()
-                            self.committed = self.report.sessions_added
-                            conn.close()
-                            conn = None
-                            in_batch = 0
-                    if conn is None:
-                        conn = self.engine.connect()
-                        tx = conn.begin()
-                    current = self.current = event.row["id"]
-                    skipping = not self._insert_session(conn, event)
-                    recount = not event.native
+                if isinstance(event, _Message):
+                    if skipping:
+                        self.sessions.tally.messages_skipped += 1
+                    else:
+                        buffer.append(self._message_values(event.row))
+                        in_batch += 1
+                        if len(buffer) >= _INSERT_CHUNK:
+                            self.sessions.add_messages(conn, buffer)
+                            buffer = []
+                    self._tick(1)
                     continue
-                if skipping:
-                    self.report.messages_skipped += 1
+                # a new session: the previous one is complete, the batch may commit
+                if conn is not None:
+                    self.sessions.add_messages(conn, buffer)
+                    buffer = []
+                    if in_batch >= self.batch_size:
+                        self.sessions.link_parents(conn, final=False)
+                        tx.commit()
+                        self.committed = len(self.sessions.tally.imported_ids)
+                        conn.close()
+                        conn = None
+                        in_batch = 0
+                if conn is None:
+                    conn = self.engine.connect()
+                    tx = conn.begin()
+                if isinstance(event, _Entry):
+                    prepared = self.entries.check(event.index, event.raw)
+                    self.current = prepared.session_id
+                    if self.sessions.add_prepared(conn, prepared):
+                        in_batch += len(prepared.messages)
+                    self._tick(len(prepared.messages))
+                    skipping = False
                 else:
-                    buffer.append(event.row)
-                    in_batch += 1
-                    if len(buffer) >= _INSERT_CHUNK:
-                        self._flush(conn, buffer, None, False)
-                self.done += 1
-                if self.done % _INSERT_CHUNK == 0:
-                    self.progress(self.done, self.total)
+                    self.current = event.row["id"]
+                    skipping = not self._add_native(conn, event)
             if conn is not None:
-                self._flush(conn, buffer, current, recount)
-                self._link_parents(conn)
+                self.sessions.add_messages(conn, buffer)
+                self.sessions.link_parents(conn, final=True)
                 tx.commit()
-                self.committed = self.report.sessions_added
+                self.committed = len(self.sessions.tally.imported_ids)
         finally:
             if conn is not None:
                 conn.close()
         self.progress(self.done, self.total)
 
-    # -- sessions
+    def _tick(self, messages: int) -> None:
+        before, self.done = self.done, self.done + messages
+        if before // _INSERT_CHUNK != self.done // _INSERT_CHUNK:
+            self.progress(self.done, self.total)
 
-    def _insert_session(self, conn: Connection, event: _Session) -> bool:
-        row = event.row
-        sid = row["id"]
-        exists = conn.execute(sa.select(schema.sessions.c.id).where(schema.sessions.c.id == sid)).first()
-        if exists is not None:
-            self.report.sessions_skipped += 1
-            self.report.skipped_ids.append(sid)
-            return False
+    def _add_native(self, conn: Connection, event: _Session) -> bool:
         values = {}
-        for key, value in row.items():
+        for key, value in event.row.items():
             if key in _HEAD_SESSION_COLUMNS:
                 values[key] = value
             elif key not in _DERIVED_SESSION_KEYS:
                 self.ignored.add(f"sessions.{key}")
         if values.get("started_at") is None:
             values["started_at"] = _dt.datetime.now().timestamp()
-        self._ensure_prompt(conn, values, event.system_prompt)
-        self._unique_title(conn, values)
-        parent = values.get("parent_session_id")
-        if parent is not None and not self._session_exists(conn, parent):
-            # Restored at the end if the parent turns up later in the file.
-            self.pending_parents[sid] = parent
-            values["parent_session_id"] = None
-        conn.execute(sa.insert(schema.sessions), values)
-        for usage in event.model_usage:
-            conn.execute(
-                sa.insert(schema.session_model_usage),
-                {k: v for k, v in {**usage, "session_id": sid}.items() if k in _HEAD_USAGE_COLUMNS},
-            )
-        self.report.sessions_added += 1
-        self.report.added_ids.append(sid)
-        return True
+        usage = [
+            {k: v for k, v in row.items() if k in _HEAD_USAGE_COLUMNS} for row in event.model_usage
+        ]
+        return self.sessions.add_session(
+            conn, values, prompt_row=event.system_prompt, usage=usage,
+            parent=values.get("parent_session_id"),
+        )
 
-    def _unique_title(self, conn: Connection, values: dict) -> None:
-        title = values.get("title")
-        if not title:
-            return
-        sessions = schema.sessions
-        candidate, n = title, 1
-        while conn.execute(sa.select(sessions.c.id).where(sessions.c.title == candidate)).first() is not None:
-            candidate = f"{title} (imported)" if n == 1 else f"{title} (imported {n})"
-            n += 1
-        if candidate != title:
-            values["title"] = candidate
-            self.report.retitled += 1
-
-    def _session_exists(self, conn: Connection, sid: str) -> bool:
-        return conn.execute(sa.select(schema.sessions.c.id).where(schema.sessions.c.id == sid)).first() is not None
-
-    def _ensure_prompt(self, conn: Connection, values: dict, prompt: dict | None) -> None:
-        prompt_hash = values.get("system_prompt_hash")
-        if not prompt_hash:
-            return
-        table = schema.system_prompts
-        if conn.execute(sa.select(table.c.hash).where(table.c.hash == prompt_hash)).first() is not None:
-            return
-        if prompt and prompt.get("hash") == prompt_hash and isinstance(prompt.get("prompt"), str):
-            conn.execute(sa.insert(table), {"hash": prompt_hash, "prompt": prompt["prompt"]})
-        else:
-            values["system_prompt_hash"] = None  # the prompt text itself is not in the file
-
-    def _link_parents(self, conn: Connection) -> None:
-        sessions = schema.sessions
-        for child, parent in self.pending_parents.items():
-            if self._session_exists(conn, parent) and not self._would_cycle(conn, child, parent):
-                conn.execute(sa.update(sessions).where(sessions.c.id == child).values(parent_session_id=parent))
+    def _message_values(self, row: dict) -> dict:
+        values = {}
+        for key, value in row.items():
+            if key in _HEAD_MESSAGE_COLUMNS:
+                values[key] = value
             else:
-                self.report.detached += 1
-
-    def _would_cycle(self, conn: Connection, child: str, parent: str) -> bool:
-        sessions = schema.sessions
-        seen = set()
-        node: str | None = parent
-        while node is not None and node not in seen:
-            if node == child:
-                return True
-            seen.add(node)
-            node = conn.execute(sa.select(sessions.c.parent_session_id).where(sessions.c.id == node)).scalar()
-        return node is not None
-
-    # -- messages
-
-    def _flush(self, conn: Connection, buffer: list[dict], finished: str | None, recount: bool) -> None:
-        if buffer:
-            messages = schema.messages
-            rows = []
-            for m in buffer:
-                values = {}
-                for key, value in m.items():
-                    if key in _HEAD_MESSAGE_COLUMNS:
-                        values[key] = value
-                    else:
-                        self.ignored.add(f"messages.{key}")
-                rows.append(values)
-            session_id = self.report.added_ids[-1]  # messages follow their session
-            wanted = [r["id"] for r in rows if r.get("id") is not None]
-            taken = set()
-            if wanted:
-                taken = set(conn.execute(sa.select(messages.c.id).where(messages.c.id.in_(wanted))).scalars())
-            keep, renumber = [], []
-            for r in rows:
-                r["session_id"] = session_id
-                if r.get("timestamp") is None:
-                    r["timestamp"] = _dt.datetime.now().timestamp()
-                if r.get("id") is None or r["id"] in taken:
-                    r.pop("id", None)
-                    renumber.append(r)
-                else:
-                    taken.add(r["id"])
-                    keep.append(r)
-            self.report.renumbered += len(renumber)
-            # Kept ids first: renumbered rows then get ids above them, keeping their order.
-            for group in _runs(keep) + _runs(renumber):
-                conn.execute(sa.insert(messages), group)
-            self.report.messages_added += len(rows)
-            buffer.clear()
-        if finished is not None and recount:
-            self._recount(conn, finished)
-
-    def _recount(self, conn: Connection, sid: str) -> None:
-        """Upstream exports carry only active messages; count what was inserted."""
-        messages, sessions = schema.messages, schema.sessions
-        count = conn.execute(sa.select(sa.func.count()).where(messages.c.session_id == sid)).scalar()
-        conn.execute(sa.update(sessions).where(sessions.c.id == sid).values(message_count=count))
-
-
-def _runs(rows: list[dict]) -> list[list[dict]]:
-    """Consecutive rows with the same keys (one executemany each, order kept). Missing
-    keys are not filled with NULL: that would defeat the columns' server defaults."""
-    runs: list[list[dict]] = []
-    for r in rows:
-        if runs and runs[-1][0].keys() == r.keys():
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return runs
+                self.ignored.add(f"messages.{key}")
+        values["session_id"] = self.current  # messages follow their session
+        if values.get("timestamp") is None:
+            values["timestamp"] = _dt.datetime.now().timestamp()
+        return values

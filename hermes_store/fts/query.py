@@ -13,7 +13,7 @@ with portable Core filters).
   ``messages_fts`` (unicode61), ``messages_fts_trigram`` (substring, CJK) or the bounded
   ``LIKE`` scan for CJK terms too short for trigram (< 3 characters).
 * SQL pieces: ``fts_source``/``match``/``snippet``/``rank`` for a MATCH query,
-  ``like_snippet`` for the LIKE route, ``available_indexes(conn)``.
+  ``available_indexes(conn)``; ``like_snippet`` (Python) for the LIKE route.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -71,7 +71,8 @@ def count_cjk(text: str) -> int:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # ASCII controls other than FTS5's whitespace (\t \n \r) are syntax errors even inside
-# a string (NUL ends the query early); they never carry meaning in a search.
+# a string; they never carry meaning in a search. (NUL never gets here: the query is
+# cut at the first one.)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 # Outside a string FTS5 accepts only barewords (ASCII letters, digits, "_", non-ASCII),
 # whitespace and its operators. Every other ASCII punctuation mark is replaced by a
@@ -180,7 +181,9 @@ def sanitize_fts5_query(query: str) -> str:
     Steps (1-7 are upstream's, in upstream's order, so valid queries come out exactly
     as upstream produces them):
 
-    1. cut to ``MAX_FTS5_QUERY_CHARS``; lone surrogates → U+FFFD; controls → space;
+    1. cut at the first NUL (SQLite reads upstream's query only up to it, so upstream
+       searches the text before it), then to ``MAX_FTS5_QUERY_CHARS``; lone
+       surrogates → U+FFFD; controls → space;
     2. keep balanced ``"phrases"`` verbatim; an unpaired ``"`` becomes a space;
     3. outside phrases, replace FTS5 punctuation (``+ { } ( ) : ^ @ / # & | ~ [ ] < > ,
        ; ! ? $ = \\ ' ` ``, and ``%`` unless the query has CJK) with a space;
@@ -193,7 +196,7 @@ def sanitize_fts5_query(query: str) -> str:
     """
     if not isinstance(query, str):
         query = "" if query is None else str(query)
-    query = query[:MAX_FTS5_QUERY_CHARS]
+    query = query.split("\x00", 1)[0][:MAX_FTS5_QUERY_CHARS]
     query = _SURROGATE.sub("\ufffd", query)
     query = _CONTROL.sub(" ", query)
 
@@ -362,11 +365,34 @@ def snippet(index: str) -> sa.ColumnElement[str]:
     )
 
 
-def like_snippet(content: sa.ColumnElement,
-                 needle: str | sa.ColumnElement) -> sa.ColumnElement[str]:
-    """≤ 120 characters of ``content`` starting 40 before ``needle`` (no markers)."""
-    start = sa.func.max(1, sa.func.instr(content, needle) - LIKE_SNIPPET_LEAD)
-    return sa.func.substr(content, start, LIKE_SNIPPET_CHARS, type_=sa.Text)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def like_snippet(columns: Sequence[Any], terms: Sequence[str]) -> str:
+    """The LIKE route's snippet: ≤ 120 characters starting 40 before a matched term, no
+    markers, taken from the first of ``columns`` (content, tool name, tool-call JSON)
+    that holds one of ``terms``.
+
+    Where the content holds the first term, this is exactly upstream's
+    ``substr(content, max(1, instr(content, term) - 40), 120)``. Upstream looked in the
+    content only, for the first term only, so a row found through its tool name (or
+    through another term) got the start of its content, often empty, and not the match
+    (api-catalog DIVERGENCE 106). A term is looked for as written, then ignoring ASCII
+    case (as LIKE matches); with no term found, the content's first 120 characters.
+    """
+    texts = [c for c in columns if isinstance(c, str) and c]
+    for fold in (False, True):
+        for text in texts:
+            haystack = text.translate(_ASCII_LOWER) if fold else text
+            for term in terms:
+                at = haystack.find(term.translate(_ASCII_LOWER) if fold else term)
+                if term and at >= 0:
+                    start = max(0, at - LIKE_SNIPPET_LEAD)
+                    return text[start:start + LIKE_SNIPPET_CHARS]
+    content = columns[0] if columns else None
+    if isinstance(content, (int, float)) and not isinstance(content, bool):
+        content = str(content)
+    return content[:LIKE_SNIPPET_CHARS] if isinstance(content, str) else ""
 
 
 __all__ = [

@@ -210,10 +210,7 @@ def _match_details(index: str) -> sa.Select:
 
 
 _LIKE_DETAILS = (
-    sa.select(*_RESULT_COLUMNS,
-              fq.like_snippet(M.c.content, sa.bindparam("needle", type_=sa.Text))
-              .label("snippet"),
-              M.c.content, *_CONTEXT_COLUMNS)
+    sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
     .select_from(_with_neighbours(M.join(S, S.c.id == M.c.session_id)))
     .where(M.c.id.in_(sa.bindparam("page_ids", expanding=True)))
 )
@@ -320,8 +317,11 @@ class SearchMixin(RepositoryBase):
             .where(in_window, any_term, *_filters(shape))
             .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
         ), values).scalars().all()
-        return _in_page_order(page, conn.execute(
-            _LIKE_DETAILS, {"page_ids": page, "needle": terms[0]}) if page else ())
+        rows = _in_page_order(page, conn.execute(
+            _LIKE_DETAILS, {"page_ids": page}) if page else ())
+        # the snippet shows the column that matched, tool name and tool calls included
+        return [_WithSnippet(row, fq.like_snippet(
+            (row.content, row.tool_name, row.tool_calls), terms)) for row in rows]
 
 
 def _match_search(conn, index: str, expression: str, shape: _Shape, values: dict, sort):
@@ -333,6 +333,15 @@ def _match_search(conn, index: str, expression: str, shape: _Shape, values: dict
     page = conn.execute(_ids_by_time(index, sort, shape), values).scalars().all()
     return _in_page_order(page, conn.execute(
         _match_details(index), {"expression": expression, "page_ids": page}) if page else ())
+
+
+class _WithSnippet:
+    """A result row whose snippet was built in Python (the LIKE route)."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, row, snippet: str) -> None:
+        self._mapping = {**row._mapping, "snippet": snippet}
 
 
 def _in_page_order(page: list, rows) -> list:

@@ -189,7 +189,7 @@ class SessionsMixin(RepositoryBase):
                 )
             row = {"id": session_id, "source": scrub_surrogates(source),
                    "started_at": time.time(), **fields}
-            if prompt:
+            if prompt is not None:  # "" is a prompt too; only None means none
                 row["system_prompt_hash"] = store_prompt(conn, prompt)
             conn.execute(sa.insert(S).values(**row))
             return
@@ -198,7 +198,8 @@ class SessionsMixin(RepositoryBase):
             for name in _ENRICHABLE
             if fields.get(name) is not None and getattr(existing, name) is None
         }
-        if prompt and existing.system_prompt is None and existing.system_prompt_hash is None:
+        if (prompt is not None and existing.system_prompt is None
+                and existing.system_prompt_hash is None):
             fill["system_prompt_hash"] = store_prompt(conn, prompt)
         if fill:
             conn.execute(sa.update(S).where(S.c.id == session_id).values(**fill))
