@@ -3,8 +3,11 @@
 Never vendored: the unpacked package is looked for in ``$HERMES_UPSTREAM_DIR``, then
 ``$HERMES_BENCH_UPSTREAM_DIR`` (the benchmarks' variable), then the benchmarks' cache
 (``benchmarks/results/cache/hermes-agent-0.19.0``, filled by any benchmark run), then
-``/work/upstream/pkg``. A test that needs it is skipped, with that list, when none holds
-``hermes_state.py``. ``hermes_state`` reads ``$HERMES_HOME`` while importing, so it is
+``/work/upstream/pkg``. When none holds ``hermes_state.py`` it is fetched the way the
+benchmarks fetch it (``pip download hermes-agent==0.19.0`` into that cache, under a file
+lock so parallel workers fetch once), so these tests run on a fresh CI machine too. A
+machine without network access fails them with the reason, unless
+``HERMES_SKIP_UPSTREAM_TESTS=1`` says to skip them. ``hermes_state`` reads ``$HERMES_HOME`` while importing, so it is
 imported with ``HERMES_HOME`` pointed at a scratch folder.
 """
 
@@ -34,14 +37,42 @@ def upstream_dir() -> Path | None:
     return next((p for p in candidates() if (p / "hermes_state.py").is_file()), None)
 
 
+def fetch_upstream() -> Path:
+    """Fetch and unpack upstream with the benchmarks' fetcher (one source for how)."""
+    import fcntl
+    import subprocess
+
+    cache = _ROOT / "benchmarks" / "results" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = upstream_dir()
+        if found is not None:
+            return found
+        run = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; sys.path.insert(0, 'benchmarks'); import _upstream; "
+             "print(_upstream.upstream_dir())"],
+            cwd=_ROOT, capture_output=True, text=True,
+        )
+    if run.returncode != 0:
+        raise RuntimeError(f"fetching hermes-agent {VERSION} failed: {run.stderr[-2000:]}")
+    return Path(run.stdout.strip().splitlines()[-1])
+
+
 def load_hermes_state():
     """The ``hermes_state`` module of upstream 0.19.0, or skip the calling test."""
     if "hermes_state" in sys.modules:
         return sys.modules["hermes_state"]
     where = upstream_dir()
     if where is None:
-        pytest.skip("upstream hermes_state.py (hermes-agent 0.19.0) not found in "
-                    + ", ".join(map(str, candidates())))
+        if os.environ.get("HERMES_SKIP_UPSTREAM_TESTS") == "1":
+            pytest.skip("HERMES_SKIP_UPSTREAM_TESTS=1: upstream 0.19.0 is not fetched")
+        try:
+            where = fetch_upstream()
+        except RuntimeError as exc:
+            pytest.fail(f"{exc}\n(no network? set HERMES_SKIP_UPSTREAM_TESTS=1 to skip "
+                        "the side-by-side tests)")
     saved = os.environ.get("HERMES_HOME")
     os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="upstream-home-")
     if str(where) not in sys.path:
