@@ -41,6 +41,7 @@ from .repository.meta import MetaMixin
 from .repository.portability import PortabilityMixin
 from .repository.search import SearchMixin
 from .repository.sessions import SessionsMixin
+from .repository.telegram import TelegramTopicsMixin
 from .repository.titles import TitlesMixin
 from .repository.usage import UsageMixin
 from .repository.values import scrub_surrogates
@@ -109,6 +110,9 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
             f"{path} {state}, head is {head}, and {why}: {_upgrade_hint(path)}"
         )
     migrate.upgrade(path, "head")
+    # Topic tables a user already opted into (e.g. in upstream Hermes) come along;
+    # absent ones are never created here.
+    migrate.upgrade_telegram_topics(path, only_if_present=True)
 
 
 class SessionDB(
@@ -121,6 +125,7 @@ class SessionDB(
     MaintenanceMixin,
     MessagesMixin,
     SearchMixin,
+    TelegramTopicsMixin,
 ):
     """The Hermes session store over one SQLite file (see the module docstring)."""
 
