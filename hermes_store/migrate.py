@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import logging
 import os
 import re
 import sqlite3
@@ -892,7 +893,15 @@ def upgrade_telegram_topics(
         run = lambda sql: connection.exec_driver_sql(sql).fetchall()  # noqa: E731
         return _classify_topics(run, "database").revision
     p = _resolve(path)
-    state = inspect_telegram_topics(p)
+    try:
+        state = inspect_telegram_topics(p)
+    except errors.SchemaTooNewError as exc:
+        if not only_if_present:
+            raise
+        # A newer Hermes' topic tables must not stop the store from opening; the
+        # topic calls themselves refuse them (apply_telegram_topic_migration raises).
+        logging.getLogger(__name__).warning("%s", exc)
+        return None
     if only_if_present and state.kind == "absent":
         return None
     if state.kind == "alembic" and _topic_is_at(state.revision, revision):

@@ -151,6 +151,13 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
         findings.append(Finding("schema", "problem", f"{len(check.drift)} difference(s) from hermes_store.schema (see `db check`): {first}"))
     else:
         findings.append(Finding("schema", "ok", f"at head ({check.head}), no drift"))
+    topics = check.telegram_topics
+    if topics is not None and topics.state != "absent":
+        if topics.ok:
+            findings.append(Finding("telegram_topics", "ok", topics.describe()))
+        else:
+            detail = "; ".join([topics.describe(), *topics.drift[:2]])
+            findings.append(Finding("telegram_topics", "problem", f"{detail} (see `db check`; `db upgrade` brings them to head)"))
 
     if health.foreign_keys:
         detail = ", ".join(f"{t}: {n}" for t, n in sorted(health.foreign_keys.items()))
