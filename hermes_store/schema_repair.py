@@ -198,7 +198,14 @@ def probe_or_heal(path: str | os.PathLike, *, read_only: bool) -> RepairReport |
                 f"{path} has duplicated full-text entries in its schema ({exc.__cause__}); "
                 f"it is opened read-only, so it was not healed: {REPAIR_HINT}"
             ) from exc
-    report = repair(path)
+    report = repair(path)  # (another process may have healed it meanwhile: "healthy")
+    if report.state == "healed":
+        # An open healed the file on its own: say so where operators look.
+        log.warning(
+            "%s: removed %d duplicated full-text schema entr%s (upstream #43149); the file "
+            "as it was is kept at %s", path, len(report.removed),
+            "y" if len(report.removed) == 1 else "ies", report.backup[0],
+        )
     probe_database(path)
     return report
 
@@ -225,10 +232,6 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
             _refuse(p, diagnosis)
         backup, removed = _heal_exclusively(p, busy_timeout)
         _verify(p, backup)
-    log.warning(
-        "%s: removed %d duplicated full-text schema entr%s (upstream #43149); the file as "
-        "it was is kept at %s", p, len(removed), "y" if len(removed) == 1 else "ies", backup[0],
-    )
     return RepairReport(str(p), "healed", [str(b) for b in backup], removed, "ok",
                         time.monotonic() - started)
 
