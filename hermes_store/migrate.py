@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import sqlite3
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -752,6 +753,9 @@ def _rebuild_fts(conn, target: _Shape, scripts: ScriptDirectory, revision: str) 
 
 #: the branch's Alembic scripts (env.py, versions/t00N_….py)
 TELEGRAM_TOPICS_DIR = MIGRATIONS_DIR / "telegram_topics"
+#: Alembic's `context` is a process-wide proxy: two threads' stores opting in at once
+#: (each inside its own write unit, on its own file or after the other) take turns
+_ALEMBIC_RUN = threading.RLock()
 
 
 def telegram_topics_config(
@@ -889,7 +893,8 @@ def upgrade_telegram_topics(
     already has (e.g. an upstream file that opted in), never create them.
     """
     if connection is not None:
-        command.upgrade(telegram_topics_config(connection=connection), revision)
+        with _ALEMBIC_RUN:
+            command.upgrade(telegram_topics_config(connection=connection), revision)
         run = lambda sql: connection.exec_driver_sql(sql).fetchall()  # noqa: E731
         return _classify_topics(run, "database").revision
     p = _resolve(path)

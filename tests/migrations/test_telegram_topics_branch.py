@@ -366,3 +366,24 @@ def test_branch_revisions_are_frozen_and_numbered_by_topic_schema_version():
                 assert not node.module.startswith(forbidden), f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith(forbidden) for a in node.names), path.name
+
+
+def test_recover_carries_the_topic_tables_with_their_indexes_and_stamp(tmp_path):
+    from hermes_store.recovery import recover
+
+    path = copy_fixture(FIXTURE, tmp_path)
+    SessionDB(path).close()  # adopted: main chain and branch stamped
+    rows = _topic_rows(path)
+    report = recover(path, tmp_path / "recovered.db")
+    assert report.complete and report.verified
+    out = tmp_path / "recovered.db"
+    assert _topic_rows(out) == rows
+    assert migrate.telegram_topics_current(out) == "t002" and _meta(out) == "2"
+    check = migrate.check(out)
+    assert check.telegram_topics.drift == [] and check.ok  # the UNIQUE index came along
+    with SessionDB(out) as db:
+        from hermes_store.errors import InvalidArgumentError
+
+        with pytest.raises(InvalidArgumentError):  # the one-topic-per-session rule holds
+            db.bind_telegram_topic(chat_id="100", thread_id="99", user_id="7", session_key="k",
+                                   session_id="tg_topic_a")

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sqlite3
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def test_every_other_damage_is_still_refused_and_left_untouched(tmp_path, damage
 
 def test_no_heal_while_another_process_has_the_file_open(tmp_path):
     path = _store_with_conversations(tmp_path / "state.db")
-    holder = rs.spawn("idle_holder", path, stdin=__import__("subprocess").PIPE)
+    holder = rs.spawn("idle_holder", path, stdin=subprocess.PIPE)
     try:
         rs.wait_for_line(holder, "open")
         # The damage appears while the other program still runs with its schema cached.
