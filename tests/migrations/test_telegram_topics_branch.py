@@ -387,3 +387,16 @@ def test_recover_carries_the_topic_tables_with_their_indexes_and_stamp(tmp_path)
         with pytest.raises(InvalidArgumentError):  # the one-topic-per-session rule holds
             db.bind_telegram_topic(chat_id="100", thread_id="99", user_id="7", session_key="k",
                                    session_id="tg_topic_a")
+
+
+def test_adoption_heals_what_the_upstream_tables_lack(tmp_path):
+    path = copy_fixture(FIXTURE, tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX idx_telegram_dm_topic_bindings_user")
+    conn.commit()
+    conn.close()
+    rows = _topic_rows(path)
+    SessionDB(path).close()
+    assert "idx_telegram_dm_topic_bindings_user" in _names(path)
+    assert _topic_rows(path) == rows
+    assert migrate.check(path).ok
