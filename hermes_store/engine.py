@@ -199,7 +199,9 @@ def translate_error(exc: BaseException, path: object) -> BaseException | None:
             f"damaged state.db, {errors.RECOVER_HINT}"
         )
     if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
-        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {errors.RECOVER_HINT}")
+        # A duplicated schema entry (upstream #43149) is healable in place.
+        hint = errors.REPAIR_HINT if "already exists" in text else errors.RECOVER_HINT
+        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {hint}")
     if name.startswith("SQLITE_READONLY") or "readonly database" in text:
         return errors.DatabaseAccessError(
             f"{path} is read-only ({text}); make the file and its directory writable, or "

@@ -34,6 +34,15 @@ class StoreBusyError(HermesStoreError):
         )
 
 
+class StoreInUseError(StoreBusyError):
+    """A repair needs the file to itself, and another connection has it open."""
+
+    def __init__(self, message: str) -> None:
+        self.path = None
+        self.attempts = 1
+        HermesStoreError.__init__(self, message)
+
+
 class StoreFullError(HermesStoreError):
     """The disk (or the file's page limit) is full; the unit was rolled back."""
 
@@ -78,6 +87,11 @@ class TitleError(HermesStoreError, ValueError):
 
 
 RECOVER_HINT = "run `hermes-store recover --output NEW.db` to salvage its rows into a fresh file"
+#: for duplicated full-text entries in the schema (upstream #43149), which can be healed
+REPAIR_HINT = (
+    "run `hermes-store maintenance repair` to heal it in place (a backup copy is made "
+    "first; any other damage is refused there with the `recover` hint)"
+)
 
 
 class StoreReadOnlyError(HermesStoreError):

@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import logging
 import os
 import re
 import sqlite3
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,16 @@ __all__ = [
     "schema_version_of",
     "inspect_file",
     "adopt",
+    "TopicsState",
+    "TopicsCheck",
+    "telegram_topics_head",
+    "telegram_topics_history",
+    "telegram_topics_current",
+    "inspect_telegram_topics",
+    "upgrade_telegram_topics",
+    "downgrade_telegram_topics",
+    "check_telegram_topics",
+    "adopt_telegram_topics",
 ]
 
 
@@ -351,6 +363,8 @@ class CheckResult:
     revision: str | None
     head: str
     drift: list[str]
+    #: the Telegram DM topic branch (absent until a user opts in)
+    telegram_topics: "TopicsCheck | None" = None
 
     @property
     def at_head(self) -> bool:
@@ -358,14 +372,16 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
-        return self.at_head and not self.drift
+        topics_ok = self.telegram_topics is None or self.telegram_topics.ok
+        return self.at_head and not self.drift and topics_ok
 
 
 def check(path: str | os.PathLike | None = None) -> CheckResult:
     """Is the file at head, and do its ordinary tables match ``hermes_store.schema``?
 
     ``drift`` lists Alembic autogenerate's differences (FTS objects excluded);
-    read-only: the file is not changed.
+    ``telegram_topics`` reports the opt-in Telegram topic branch (absent, or its
+    revision and its own drift). Read-only: the file is not changed.
     """
     from alembic.autogenerate import compare_metadata
 
@@ -388,9 +404,12 @@ def check(path: str | os.PathLike | None = None) -> CheckResult:
                     warnings.filterwarnings("ignore", message=".*expression-based index")
                     diffs = compare_metadata(ctx, metadata)
                 drift = [_describe(d) for d in _without_fk_artefacts(conn, diffs)]
+                topics = check_telegram_topics(conn, p)
         finally:
             engine.dispose()
-    return CheckResult(state.revision, head(), drift)
+    else:
+        topics = TopicsCheck("absent", None, telegram_topics_head(), None, [])
+    return CheckResult(state.revision, head(), drift, topics)
 
 
 # --------------------------------------------------------------------------- autogenerate
@@ -452,9 +471,6 @@ def _describe(diff) -> str:
     return f"{kind} {rest!r}"
 
 
-#: tables upstream creates lazily with their own versioning (not part of our schema)
-_UPSTREAM_LAZY_TABLES = ("telegram_dm_topic_",)
-
 
 def _is_fts_object(name: str) -> bool:
     try:
@@ -465,10 +481,13 @@ def _is_fts_object(name: str) -> bool:
 
 
 def include_name(name: str | None, type_: str, parent_names) -> bool:
-    """Autogenerate filter: FTS tables/shadows/views and upstream's lazy tables are
-    not ours to compare (they are checked by the golden sqlite_master test)."""
+    """Autogenerate filter of the main chain: FTS tables/shadows/views are checked by the
+    golden sqlite_master test, the Telegram topic branch's tables by its own check
+    (:func:`check_telegram_topics`)."""
+    from .telegram_schema import owns
+
     if type_ == "table" and name is not None:
-        return not (_is_fts_object(name) or name.startswith(_UPSTREAM_LAZY_TABLES))
+        return not (_is_fts_object(name) or owns(name))
     return True
 
 
@@ -721,3 +740,323 @@ def _rebuild_fts(conn, target: _Shape, scripts: ScriptDirectory, revision: str) 
         if not _is_external_content(sql):
             raise errors.SchemaError(f"no revision up to {revision} knows how to rebuild {name}")
         conn.exec_driver_sql(f"INSERT INTO \"{name}\"(\"{name}\") VALUES ('rebuild')")
+
+
+# --------------------------------------------------------------------------- Telegram topic branch
+#
+# Upstream creates its Telegram DM topic tables only when a user opts in (/topic) and
+# versions them with its own state_meta key, outside schema_version. Here they have their
+# own Alembic script location (migrations/telegram_topics/: t001, t002 = that key's
+# versions 1 and 2) and their own version table, so the main chain keeps its single head
+# (plain `alembic upgrade head` still works), upgrade() never creates them, and the
+# topic tables stay out of the v30 head schema. See docs/migrations.md.
+
+#: the branch's Alembic scripts (env.py, versions/t00N_….py)
+TELEGRAM_TOPICS_DIR = MIGRATIONS_DIR / "telegram_topics"
+#: Alembic's `context` is a process-wide proxy: two threads' stores opting in at once
+#: (each inside its own write unit, on its own file or after the other) take turns
+_ALEMBIC_RUN = threading.RLock()
+
+
+def telegram_topics_config(
+    path: str | os.PathLike | None = None, *, connection: sa.Connection | None = None
+) -> Config:
+    """An Alembic Config on the Telegram topic branch's scripts (file or live connection)."""
+    cfg = config(path, connection=connection)
+    cfg.set_main_option("script_location", str(TELEGRAM_TOPICS_DIR))
+    return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def _topic_scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(telegram_topics_config())
+
+
+def telegram_topics_head() -> str:
+    """The branch's newest revision (``"t002"`` = upstream's topic schema version 2)."""
+    return _topic_scripts().get_current_head()
+
+
+def telegram_topics_history() -> list[tuple[str, str]]:
+    """``(revision, one-line description)`` of the branch, oldest first."""
+    revisions = list(_topic_scripts().walk_revisions())
+    revisions.reverse()
+    return [(r.revision, (r.doc or "").strip().splitlines()[0] if r.doc else "") for r in revisions]
+
+
+def _topic_version(revision: str) -> int:
+    """Revision ``t00N`` is upstream's ``telegram_dm_topic_schema_version`` N."""
+    return int(revision[1:])
+
+
+@dataclass(frozen=True)
+class TopicsState:
+    """Where a file stands on the Telegram topic branch.
+
+    ``kind``: ``"absent"`` (nobody opted in: no topic tables), ``"upstream"`` (tables
+    upstream Hermes created, not yet under Alembic: ``revision`` is derived from their
+    shape) or ``"alembic"`` (``revision`` from ``alembic_version_telegram_topics``).
+    ``meta_version``: ``state_meta.telegram_dm_topic_schema_version`` as stored.
+    """
+
+    kind: str
+    revision: str | None
+    meta_version: str | None
+
+
+def _classify_topics(run: Callable[[str], list], where: object) -> TopicsState:
+    from . import telegram_schema as T
+
+    names = {row[0] for row in run("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    meta = None
+    if "state_meta" in names:
+        rows = run(f"SELECT value FROM state_meta WHERE key = '{T.META_KEY}'")
+        meta = None if not rows or rows[0][0] is None else str(rows[0][0])
+    scripts = _topic_scripts()
+    newest = _topic_version(scripts.get_current_head())
+    if T.VERSION_TABLE in names:
+        rows = run(f"SELECT version_num FROM {T.VERSION_TABLE}")
+        if len(rows) > 1:
+            raise errors.DatabaseDamagedError(
+                f"{where}: {T.VERSION_TABLE} holds {len(rows)} rows instead of one; "
+                f"{errors.RECOVER_HINT}"
+            )
+        if rows:
+            revision = rows[0][0]
+            try:
+                scripts.get_revision(revision)
+            except Exception:
+                if re.fullmatch(r"t\d+", revision) and _topic_version(revision) > newest:
+                    raise _topics_too_new(where, f"Telegram topic revision {revision}", newest) from None
+                raise errors.SchemaError(
+                    f"{where}: the Telegram topic tables are stamped {revision!r}, which this "
+                    "package does not know; they were migrated by a different tool"
+                ) from None
+            return TopicsState("alembic", revision, meta)
+    present = [name for name in T.TABLE_NAMES if name in names]
+    if not present:
+        return TopicsState("absent", None, meta)
+    if meta is not None and meta.strip().isdigit() and int(meta) > newest:
+        raise _topics_too_new(where, f"{T.META_KEY} {meta}", newest)
+    bindings = T.telegram_dm_topic_bindings.name
+    if bindings in present:
+        # The key's ON DELETE decides, as upstream's own v1 -> v2 check does.
+        keys = run(f"PRAGMA foreign_key_list('{bindings}')")
+        cascades = any(r[2] == "sessions" and (r[6] or "").upper() == "CASCADE" for r in keys)
+        version = 2 if cascades else 1
+    else:
+        version = int(meta) if meta is not None and meta.strip() in ("1", "2") else newest
+    return TopicsState("upstream", f"t{version:03d}", meta)
+
+
+def _topics_too_new(where: object, found: str, newest: int) -> errors.SchemaTooNewError:
+    return errors.SchemaTooNewError(
+        f"{where} has {found}, newer than this hermes_store understands (Telegram topic "
+        f"schema up to version {newest}); it was written by a newer Hermes — upgrade "
+        "hermes_store. The file was not changed."
+    )
+
+
+def inspect_telegram_topics(path: str | os.PathLike | None = None) -> TopicsState:
+    """Where the file stands on the Telegram topic branch; read-only."""
+    p = _resolve(path)
+    if inspect_file(p).kind in ("missing", "empty"):
+        return TopicsState("absent", None, None)
+    with sqlite_errors(p):
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
+        try:
+            return _classify_topics(lambda sql: conn.execute(sql).fetchall(), p)
+        finally:
+            conn.close()
+
+
+def telegram_topics_current(path: str | os.PathLike | None = None) -> str | None:
+    """The file's revision on the Telegram topic branch (None: nobody opted in).
+
+    For tables upstream Hermes created this is the revision their shape corresponds
+    to (``t001`` without ``ON DELETE CASCADE``, else ``t002``)."""
+    return inspect_telegram_topics(path).revision
+
+
+def upgrade_telegram_topics(
+    path: str | os.PathLike | None = None,
+    revision: str = "head",
+    *,
+    connection: sa.Connection | None = None,
+    only_if_present: bool = False,
+) -> str | None:
+    """Opt in: create the Telegram topic tables, or bring them to ``revision``.
+
+    Returns the branch's revision afterwards. With ``connection`` it runs inside the
+    caller's transaction (``SessionDB.apply_telegram_topic_migration``); otherwise on the
+    file, whose main chain must be at head. ``only_if_present``: upgrade tables the file
+    already has (e.g. an upstream file that opted in), never create them.
+    """
+    if connection is not None:
+        with _ALEMBIC_RUN:
+            command.upgrade(telegram_topics_config(connection=connection), revision)
+        run = lambda sql: connection.exec_driver_sql(sql).fetchall()  # noqa: E731
+        return _classify_topics(run, "database").revision
+    p = _resolve(path)
+    try:
+        state = inspect_telegram_topics(p)
+    except errors.SchemaTooNewError as exc:
+        if not only_if_present:
+            raise
+        # A newer Hermes' topic tables must not stop the store from opening; the
+        # topic calls themselves refuse them (apply_telegram_topic_migration raises).
+        logging.getLogger(__name__).warning("%s", exc)
+        return None
+    if only_if_present and state.kind == "absent":
+        return None
+    if state.kind == "alembic" and _topic_is_at(state.revision, revision):
+        return state.revision
+    with sqlite_errors(p):
+        command.upgrade(telegram_topics_config(p), revision)
+    return inspect_telegram_topics(p).revision
+
+
+def _topic_is_at(current_rev: str | None, target: str) -> bool:
+    try:
+        wanted = _topic_scripts().get_revision(target)
+    except Exception:
+        return False
+    return wanted is not None and wanted.revision == current_rev
+
+
+def downgrade_telegram_topics(path: str | os.PathLike | None, revision: str) -> str | None:
+    """Downgrade the Telegram topic tables (``"base"`` drops them and the meta key)."""
+    p = _resolve(path)
+    with sqlite_errors(p):
+        command.downgrade(telegram_topics_config(p), revision)
+    return inspect_telegram_topics(p).revision
+
+
+def require_head_for_telegram_topics(path: Path) -> None:
+    """The topic tables extend the head schema (their key points at ``sessions``, their
+    version lives in ``state_meta``): the main chain must be at head first."""
+    state = inspect_file(path)
+    if state.kind == "alembic" and state.revision == head():
+        return
+    where = {
+        "missing": "does not exist",
+        "empty": "has no schema yet",
+        "upstream": f"was written by upstream Hermes (schema version {state.schema_version}) and not adopted yet",
+    }.get(state.kind, f"is at revision {state.revision}, head is {head()}")
+    raise errors.SchemaOutOfDateError(
+        f"{path} {where}: the Telegram topic tables need the main schema at head first; "
+        f"run `hermes-store db upgrade --db {path}` (or `alembic -x db={path} upgrade head`)"
+    )
+
+
+def write_telegram_topic_meta(conn: sa.Connection, revision: str | None) -> None:
+    """Keep upstream's ``telegram_dm_topic_schema_version`` equal to the branch's revision
+    (deleted at the branch base), so upstream Hermes reads the version Alembic records."""
+    from .schema import state_meta
+    from .telegram_schema import META_KEY
+
+    if revision is None:
+        conn.execute(sa.delete(state_meta).where(state_meta.c.key == META_KEY))
+        return
+    value = str(_topic_version(revision))
+    updated = conn.execute(
+        sa.update(state_meta).where(state_meta.c.key == META_KEY).values(value=value)
+    )
+    if not updated.rowcount:
+        conn.execute(sa.insert(state_meta).values(key=META_KEY, value=value))
+
+
+def adopt_telegram_topics(
+    conn: sa.Connection, scripts: ScriptDirectory, where: object = "database"
+) -> str | None:
+    """Bring Telegram topic tables upstream Hermes created under Alembic.
+
+    In one transaction: derive their revision (``t001`` when the bindings key lacks
+    ``ON DELETE CASCADE``, else ``t002``), add what that revision's shape has and the
+    file lacks (a table, an index), stamp it and write the ``state_meta`` key. No row
+    changes; the upgrade that follows rebuilds a ``t001`` table. Returns the stamped
+    revision, or None when there is nothing to adopt.
+    """
+    from .telegram_schema import VERSION_TABLE
+
+    with _unit(conn):
+        state = _classify_topics(lambda sql: conn.exec_driver_sql(sql).fetchall(), where)
+        if state.kind != "upstream":
+            return None
+        _heal(conn, revision_shape(scripts, state.revision), scripts, state.revision)
+        MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).stamp(
+            scripts, state.revision
+        )
+        write_telegram_topic_meta(conn, state.revision)
+        return state.revision
+
+
+def include_telegram_topics_name(name: str | None, type_: str, parent_names) -> bool:
+    """Autogenerate filter of the branch: its two tables only."""
+    from .telegram_schema import TABLE_NAMES
+
+    if type_ == "table":
+        return name in TABLE_NAMES
+    return True
+
+
+@dataclass(frozen=True)
+class TopicsCheck:
+    """The drift check's view of the Telegram topic branch."""
+
+    state: str  # TopicsState.kind
+    revision: str | None
+    head: str
+    meta_version: str | None
+    drift: list[str]
+
+    @property
+    def at_head(self) -> bool:
+        return self.revision == self.head
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "absent" or (self.at_head and not self.drift)
+
+    def describe(self) -> str:
+        if self.state == "absent":
+            return "absent (nobody opted in; created on opt-in only)"
+        where = f"{self.revision} (head)" if self.at_head else f"{self.revision}, behind {self.head}"
+        if self.state == "upstream":
+            where += ", created by upstream Hermes and not yet stamped"
+        return where
+
+    def as_dict(self) -> dict:
+        return {
+            "state": self.state,
+            "revision": self.revision,
+            "head": self.head,
+            "at_head": self.at_head,
+            "meta_version": self.meta_version,
+            "drift": list(self.drift),
+            "ok": self.ok,
+        }
+
+
+def check_telegram_topics(conn: sa.Connection, where: object = "database") -> TopicsCheck:
+    """The branch's state, and when its tables exist, their drift from
+    ``telegram_schema`` and a ``state_meta`` key that disagrees with the revision."""
+    from alembic.autogenerate import compare_metadata
+
+    from . import telegram_schema as T
+
+    state = _classify_topics(lambda sql: conn.exec_driver_sql(sql).fetchall(), where)
+    drift: list[str] = []
+    if state.kind != "absent":
+        ctx = MigrationContext.configure(
+            conn, opts={"include_name": include_telegram_topics_name, "compare_type": True}
+        )
+        diffs = compare_metadata(ctx, T.metadata)
+        drift = [_describe(d) for d in _without_fk_artefacts(conn, diffs)]
+        expected = str(_topic_version(state.revision))
+        if state.meta_version != expected:
+            drift.append(
+                f"state_meta {T.META_KEY} is {state.meta_version!r}, expected {expected!r} "
+                "(upstream Hermes reads it)"
+            )
+    return TopicsCheck(state.kind, state.revision, telegram_topics_head(), state.meta_version, drift)

@@ -588,8 +588,29 @@ def _copy_all(src: sqlite3.Connection, staging: Path, report: RecoveryReport, pr
             if progress is not None:
                 progress(name, done, len(names) + len(extras))
         _repair_references(dst, report)
+        _recreate_indexes(src, dst, extras, report)
     finally:
         dst.close()
+
+
+def _recreate_indexes(src, dst, tables: list[str], report: RecoveryReport) -> None:
+    """The source's own indexes of tables copied with the source's DDL (head tables get
+    theirs from the fresh file): a UNIQUE index is a rule of the data, not an extra."""
+    results = {t.name: t for t in report.tables}
+    for table in tables:
+        try:
+            indexes = src.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                "AND sql IS NOT NULL", (table,),
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            results[table].unreadable = f"its indexes could not be read: {exc}"
+            continue
+        for name, sql in indexes:
+            try:
+                dst.execute(sql)
+            except sqlite3.DatabaseError as exc:
+                results[table].unreadable = f"index {name} could not be re-created: {exc}"
 
 
 def _copy_table(src, dst, name: str, sql: str, result: TableResult) -> None:

@@ -7,7 +7,8 @@ only opens and closes the file:
 2. refuse a symlink planted at the path or a sidecar; create the folder and, for a
    new database, the file with mode 0600 (SQLite gives ``-wal``/``-shm`` the
    database file's mode);
-3. check through SQLite that the file is a readable database, before any write;
+3. check through SQLite that the file is a readable database, before any write
+   (healing one pattern, duplicated full-text schema entries: ``schema_repair``);
 4. bring the schema to head with ``hermes_store.migrate`` (adopting a file upstream
    Hermes wrote), or refuse with the command to run when ``auto_upgrade=False``;
 5. create the engine (connect/begin hooks) and the write-unit runner.
@@ -26,7 +27,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from . import schema
-from .engine import RetryPolicy, WriteUnits, create_engine, probe_database
+from .engine import RetryPolicy, WriteUnits, create_engine
 from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
@@ -46,9 +47,11 @@ from .repository.meta import MetaMixin
 from .repository.portability import PortabilityMixin
 from .repository.search import SearchMixin
 from .repository.sessions import SessionsMixin
+from .repository.telegram import TelegramTopicsMixin
 from .repository.titles import TitlesMixin
 from .repository.usage import UsageMixin
 from .repository.values import scrub_surrogates
+from .schema_repair import probe_or_heal
 
 #: the upstream schema version a head file carries
 SCHEMA_VERSION = schema.SCHEMA_VERSION
@@ -114,6 +117,9 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
             f"{path} {state}, head is {head}, and {why}: {_upgrade_hint(path)}"
         )
     migrate.upgrade(path, "head")
+    # Topic tables a user already opted into (e.g. in upstream Hermes) come along;
+    # absent ones are never created here.
+    migrate.upgrade_telegram_topics(path, only_if_present=True)
 
 
 class SessionDB(
@@ -131,6 +137,7 @@ class SessionDB(
     GatewayMixin,
     HandoffMixin,
     LookupsMixin,
+    TelegramTopicsMixin,
 ):
     """The Hermes session store over one SQLite file (see the module docstring)."""
 
@@ -158,7 +165,7 @@ class SessionDB(
             _create_private_file(path)
         elif not self.read_only:
             _make_private(path)
-        probe_database(path)
+        probe_or_heal(path, read_only=self.read_only)  # heals only duplicated FTS schema rows
         ensure_schema(path, auto_upgrade=auto_upgrade, read_only=self.read_only)
         engine = create_engine(path, read_only=self.read_only, busy_timeout=retry.busy_timeout)
         self._snapshots = threading.local()

@@ -70,6 +70,7 @@ def test_a_regular_pip_install_carries_and_runs_the_migrations(tmp_path):
     probe = subprocess.run(
         [str(python), "-c",
          "import hermes_store, hermes_store.migrate as m; m.upgrade('x.db'); "
+         "m.upgrade_telegram_topics('x.db'); "
          "print(hermes_store.__file__); print(m.MIGRATIONS_DIR)"],
         cwd=elsewhere, env=env, capture_output=True, text=True,
     )
@@ -78,6 +79,12 @@ def test_a_regular_pip_install_carries_and_runs_the_migrations(tmp_path):
     assert Path(package_file).resolve().is_relative_to(venv.resolve())
     assert Path(migrations_dir).resolve().is_relative_to(venv.resolve())
     assert _alembic_revision(elsewhere / "x.db") == "0030"
+    # the opt-in Telegram topic branch ships too (its own scripts and version table)
+    conn = sqlite3.connect(f"file:{elsewhere / 'x.db'}?mode=ro", uri=True)
+    try:
+        assert conn.execute("SELECT version_num FROM alembic_version_telegram_topics").fetchone() == ("t002",)
+    finally:
+        conn.close()
 
     cli = subprocess.run(
         [str(venv / "bin" / "hermes-store"), "--db", "y.db", "db", "upgrade"],

@@ -43,6 +43,11 @@ def upgrade_command(
             advance(done[0])
 
         after = migrate.upgrade(path, revision, progress=step)
+    topics_before = migrate.inspect_telegram_topics(path).revision
+    topics_after = None
+    if after == migrate.head():
+        # Topic tables someone opted into come along; absent ones are never created.
+        topics_after = migrate.upgrade_telegram_topics(path, only_if_present=True)
     payload = {
         "path": str(path),
         "created": before.kind in ("missing", "empty"),
@@ -50,6 +55,7 @@ def upgrade_command(
         "from": before.revision,
         "to": after,
         "head": migrate.head(),
+        "telegram_topics": {"from": topics_before, "to": topics_after},
     }
     if o.json_mode:
         o.emit(payload)
@@ -58,6 +64,8 @@ def upgrade_command(
     else:
         how = "created" if payload["created"] else ("adopted and upgraded" if payload["adopted"] else "upgraded")
         o.line(f"{path}: {how} {before.revision or '(new)'} -> {_describe(after, payload['head'])}")
+    if not o.json_mode and topics_after is not None and topics_after != topics_before:
+        o.line(f"Telegram topic tables: {topics_before} -> {topics_after} (head)")
 
 
 @app.command("downgrade")
@@ -154,6 +162,7 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "head": result.head,
         "at_head": result.at_head,
         "drift": result.drift,
+        "telegram_topics": result.telegram_topics.as_dict(),
         "ok": result.ok,
     }
     if o.json_mode:
@@ -169,6 +178,12 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
                 o.line(f"  - {item}")
         elif result.at_head:
             o.line("schema: matches hermes_store.schema")
+        topics = result.telegram_topics
+        o.line(f"telegram topic tables: {topics.describe()}")
+        if topics.state != "absent" and not topics.at_head:
+            o.line("  run `hermes-store db upgrade` to bring them to head")
+        for item in topics.drift:
+            o.line(f"  - {item}")
     if not result.ok:
         raise typer.Exit(EXIT_PROBLEMS)
 

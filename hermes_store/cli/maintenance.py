@@ -1,4 +1,4 @@
-"""``hermes-store maintenance …`` (doctor, rebuild-fts, optimize, vacuum) and ``status``."""
+"""``hermes-store maintenance …`` (doctor, repair, rebuild-fts, optimize, vacuum) and ``status``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..errors import RECOVER_HINT
 from .common import JsonOption, open_store, out, require_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
 
-app = typer.Typer(help="Health checks and upkeep: doctor, FTS rebuild/optimize, vacuum.", no_args_is_help=True)
+app = typer.Typer(help="Health checks and upkeep: doctor, repair, FTS rebuild/optimize, vacuum.", no_args_is_help=True)
 
 #: a WAL bigger than this means checkpoints are not keeping up
 WAL_WARN_BYTES = 64 * 1024 * 1024
@@ -151,6 +151,13 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
         findings.append(Finding("schema", "problem", f"{len(check.drift)} difference(s) from hermes_store.schema (see `db check`): {first}"))
     else:
         findings.append(Finding("schema", "ok", f"at head ({check.head}), no drift"))
+    topics = check.telegram_topics
+    if topics is not None and topics.state != "absent":
+        if topics.ok:
+            findings.append(Finding("telegram_topics", "ok", topics.describe()))
+        else:
+            detail = "; ".join([topics.describe(), *topics.drift[:2]])
+            findings.append(Finding("telegram_topics", "problem", f"{detail} (see `db check`; `db upgrade` brings them to head)"))
 
     if health.foreign_keys:
         detail = ", ".join(f"{t}: {n}" for t, n in sorted(health.foreign_keys.items()))
@@ -256,6 +263,37 @@ def doctor_command(
             o.line("No problems found.")
     if problems:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+# --------------------------------------------------------------------------- repair
+
+@app.command("repair")
+def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
+    """Heal duplicated full-text entries in the schema (a backup copy is made first).
+
+    The one damage healed in place: "malformed database schema (messages_fts) - table
+    messages_fts already exists" (upstream #43149). Any other damage is refused,
+    untouched, with the `recover` hint. Needs the file to itself: stop Hermes first.
+    """
+    from ..schema_repair import repair
+
+    o = out(ctx, json_flag)
+    path = state(ctx).db
+    require_file(path)
+    report = repair(path)
+    if o.json_mode:
+        o.emit(report.as_dict())
+        return
+    if report.state == "healthy":
+        o.line(f"{path}: the schema loads and holds no duplicated entry; nothing to repair.")
+        o.note("For a full check run `hermes-store maintenance doctor`.")
+        return
+    o.line(f"Repaired {path}: removed {len(report.removed)} duplicated schema entr"
+           f"{'y' if len(report.removed) == 1 else 'ies'}:")
+    for entry in report.removed:
+        o.line(f"  - {entry.type} {entry.name} (schema row {entry.rowid})")
+    o.line(f"The damaged file as it was: {', '.join(report.backup)}")
+    o.line(f"Verification: integrity_check {report.integrity}")
 
 
 # --------------------------------------------------------------------------- upkeep

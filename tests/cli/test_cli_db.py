@@ -17,8 +17,9 @@ def test_upgrade_adopts_an_upstream_file_then_reports_nothing_to_do(cli, tmp_pat
     first = cli(db, "--json", "db", "upgrade")
     assert first.exit_code == 0, first.output
     data = parse_json(first)
-    assert set(data) == {"path", "created", "adopted", "from", "to", "head"}
+    assert set(data) == {"path", "created", "adopted", "from", "to", "head", "telegram_topics"}
     assert (data["from"], data["to"], data["adopted"], data["created"]) == ("0019", HEAD, True, False)
+    assert data["telegram_topics"] == {"from": None, "to": None}  # nobody opted in: not created
     assert migrate.current(db) == HEAD
 
     again = cli(db, "db", "upgrade")
@@ -65,8 +66,9 @@ def test_check_passes_at_head_with_json_shape(cli, empty_store):
     result = cli(empty_store, "db", "check", "--json")
     assert result.exit_code == 0, result.output
     data = parse_json(result)
-    assert set(data) == {"path", "revision", "head", "at_head", "drift", "ok"}
+    assert set(data) == {"path", "revision", "head", "at_head", "drift", "telegram_topics", "ok"}
     assert data["ok"] is True and data["drift"] == []
+    assert data["telegram_topics"]["state"] == "absent" and data["telegram_topics"]["ok"] is True
 
 
 def test_downgrade_asks_and_a_no_changes_nothing(cli, empty_store):

@@ -60,19 +60,25 @@ def fetch_upstream() -> Path:
     return Path(run.stdout.strip().splitlines()[-1])
 
 
+def require_upstream_dir() -> Path:
+    """The unpacked upstream package (fetched when missing), or fail/skip the test."""
+    where = upstream_dir()
+    if where is not None:
+        return where
+    if os.environ.get("HERMES_SKIP_UPSTREAM_TESTS") == "1":
+        pytest.skip("HERMES_SKIP_UPSTREAM_TESTS=1: upstream 0.19.0 is not fetched")
+    try:
+        return fetch_upstream()
+    except RuntimeError as exc:
+        pytest.fail(f"{exc}\n(no network? set HERMES_SKIP_UPSTREAM_TESTS=1 to skip "
+                    "the side-by-side tests)")
+
+
 def load_hermes_state():
     """The ``hermes_state`` module of upstream 0.19.0, or skip the calling test."""
     if "hermes_state" in sys.modules:
         return sys.modules["hermes_state"]
-    where = upstream_dir()
-    if where is None:
-        if os.environ.get("HERMES_SKIP_UPSTREAM_TESTS") == "1":
-            pytest.skip("HERMES_SKIP_UPSTREAM_TESTS=1: upstream 0.19.0 is not fetched")
-        try:
-            where = fetch_upstream()
-        except RuntimeError as exc:
-            pytest.fail(f"{exc}\n(no network? set HERMES_SKIP_UPSTREAM_TESTS=1 to skip "
-                        "the side-by-side tests)")
+    where = require_upstream_dir()
     saved = os.environ.get("HERMES_HOME")
     os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="upstream-home-")
     if str(where) not in sys.path:
