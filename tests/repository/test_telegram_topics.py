@@ -315,28 +315,5 @@ def test_two_processes_opting_in_at_once_create_the_tables_once(db_path):
 
 
 #: recorded from ``inspect.signature`` of upstream 0.19.0's SessionDB (annotations dropped)
-UPSTREAM_SIGNATURES = {
-    "apply_telegram_topic_migration": "(self)",
-    "enable_telegram_topic_mode": "(self, *, chat_id, user_id, has_topics_enabled=None, "
-    "allows_users_to_create_topics=None)",
-    "disable_telegram_topic_mode": "(self, *, chat_id, clear_bindings=True)",
-    "is_telegram_topic_mode_enabled": "(self, *, chat_id, user_id)",
-    "bind_telegram_topic": "(self, *, chat_id, thread_id, user_id, session_key, session_id, "
-    "managed_mode='auto')",
-    "get_telegram_topic_binding": "(self, *, chat_id, thread_id)",
-    "get_telegram_topic_binding_by_session": "(self, *, session_id)",
-    "delete_telegram_topic_binding": "(self, *, chat_id, thread_id)",
-    "list_telegram_topic_bindings_for_chat": "(self, *, chat_id)",
-    "is_telegram_session_linked_to_topic": "(self, *, session_id)",
-    "list_unlinked_telegram_sessions_for_user": "(self, *, chat_id, user_id, limit=10)",
-}
 
 
-@pytest.mark.parametrize("name", sorted(UPSTREAM_SIGNATURES))
-def test_signature_matches_upstream(name):
-    import inspect
-
-    sig = inspect.signature(getattr(SessionDB, name))
-    params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
-    bare = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
-    assert bare == UPSTREAM_SIGNATURES[name]
