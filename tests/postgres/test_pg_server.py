@@ -127,3 +127,34 @@ def test_the_explicit_opt_out_skips_instead(tmp_path):
     )
     assert result.returncode == 0, result.stdout
     assert "1 skipped" in result.stdout and pg_support.OPT_OUT_ENV in result.stdout
+
+
+def test_a_recycled_test_database_is_as_fresh_as_a_new_copy(pg_server, pg_template):
+    from hermes_store import migrate
+
+    name = pg_template.take()
+    with pg_server.connect(name) as conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1)")
+        conn.execute("INSERT INTO messages (session_id, role, timestamp) "
+                     "VALUES ('s', 'user', 1), ('s', 'user', 2)")
+        conn.execute("SELECT pg_advisory_lock(42)")
+        pg_template.give_back(name)  # terminates this connection, truncates
+    assert pg_template.take() == name
+    with pg_server.connect(name) as conn:
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1)")
+        first_id = conn.execute("INSERT INTO messages (session_id, role, timestamp) "
+                                "VALUES ('s', 'user', 1) RETURNING id").fetchone()[0]
+        assert first_id == 1  # sequences restarted
+        assert conn.execute("SELECT pg_try_advisory_lock(42)").fetchone()[0]
+    assert migrate.current(pg_server.url(name)) == "0030"
+    pg_template.give_back(name)
+
+
+def test_a_test_database_whose_schema_changed_is_dropped(pg_server, pg_template):
+    name = pg_template.take()
+    with pg_server.connect(name) as conn:
+        conn.execute("DROP INDEX idx_sessions_source")
+    pg_template.give_back(name)
+    assert name not in pg_template.free
+    assert pg_server.admin(f"SELECT 1 FROM pg_database WHERE datname = '{name}'") == []
