@@ -220,12 +220,31 @@ def _refuse(target: Target, what: str) -> errors.SchemaError:
     )
 
 
+#: what a revision after the baseline declares to run on PostgreSQL (docs/migrations.md)
+DIALECTS_ATTRIBUTE = "dialects"
+
+
+def handles_postgresql(script) -> bool:
+    """Whether a revision (an Alembic ``Script``) declares that it runs on PostgreSQL."""
+    return "postgresql" in tuple(getattr(script.module, DIALECTS_ATTRIBUTE, ()) or ())
+
+
 def _check_plan(steps: list, state: DbState, target: Target, scripts: ScriptDirectory) -> bool:
-    """Refuse steps below the baseline; True when an empty database needs the baseline
-    first (an upgrade to the baseline or beyond)."""
+    """Refuse steps below the baseline and revisions that do not handle PostgreSQL;
+    True when an empty database needs the baseline first (an upgrade to the baseline
+    or beyond)."""
     older = _below_baseline(scripts)
     for step in steps:
         reaches = set(step.to_revisions) or {"base"}
+        if not isinstance(step, StampStep):
+            script = step.revision
+            if script.revision not in older and script.revision != BASELINE \
+                    and not handles_postgresql(script):
+                raise errors.SchemaError(
+                    f"{target.display}: revision {script.revision} does not declare "
+                    f"{DIALECTS_ATTRIBUTE} = (\"sqlite\", \"postgresql\"), so it cannot run on "
+                    "PostgreSQL; every revision after the baseline must handle both engines"
+                )
         if isinstance(step, StampStep):
             if state.kind == "empty":
                 raise _refuse(target, "stamping an empty database would record a schema it "

@@ -155,6 +155,9 @@ def create_engine(
         connect_args["connect_timeout"] = connect_timeout
     if "application_name" not in target.url.query:
         connect_args["application_name"] = APPLICATION_NAME
+    # Text is UTF-8 both ways, whatever the server's default (a SQL_ASCII database would
+    # otherwise hand back bytes; check_server then refuses it with a clear message).
+    connect_args["client_encoding"] = "utf8"
     kwargs = {"poolclass": poolclass} if poolclass is not None else {
         "pool_size": pool_size, "max_overflow": max_overflow,
     }
