@@ -247,3 +247,18 @@ def test_is_fts_object_names_what_schema_comparison_must_skip():
         assert fp.is_fts_object(name)
     for ordinary in ("messages", "sessions", "idx_messages_session", "content"):
         assert not fp.is_fts_object(ordinary)
+
+
+def test_the_repositorys_json_text_reads_markers_alike_on_postgresql(engine):
+    from hermes_store.repository.dialect import json_text
+
+    with engine.begin() as conn:
+        add_session(conn, "d", model_config={"_delegate_from": "p"})
+        add_session(conn, "b", model_config={"_branched_from": "p"})
+        add_session(conn, "x", model_config="not json {")
+        add_session(conn, "n")
+        delegates = conn.execute(sa.select(S.c.id).where(
+            json_text(S.c.model_config, "_delegate_from").is_not(None))).scalars().all()
+        parents = conn.execute(sa.select(json_text(S.c.model_config, "_branched_from"))
+                               .where(S.c.id == "b")).scalar()
+    assert delegates == ["d"] and parents == "p"

@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 
+from alembic.migration import MigrationContext
+
 from hermes_store import errors, migrate, migrate_pg, postgres
 from hermes_store.location import resolve
 from support import pg_schema
@@ -242,3 +244,30 @@ def test_check_reports_real_drift_readably(pg_server, pg_url):
         "remove_column messages.extra",
         "remove_table scratch",
     ]
+
+
+def test_the_revision_helpers_probe_postgresql_catalogs(pg_url):
+    from alembic.operations import Operations
+
+    from hermes_store.migrations import helpers as h
+
+    engine = postgres.create_engine(resolve(pg_url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn, Operations.context(MigrationContext.configure(conn)):
+            assert h.dialect() == "postgresql"
+            assert h.has_table("sessions") and not h.has_table("nope")
+            assert h.has_index("idx_sessions_source") and not h.has_index("nope")
+            assert h.has_trigger("messages_display_order_insert")
+            assert not h.has_view("nope")
+            assert h.columns_of("schema_version") == ["version"]
+            h.add_columns("schema_version", sa.Column("note", sa.Text))
+            h.add_columns("schema_version", sa.Column("note", sa.Text))  # idempotent
+            assert h.has_column("schema_version", "note")
+            conn.rollback()
+    finally:
+        engine.dispose()
+
+
+def test_a_new_revision_from_the_template_declares_both_engines(tmp_path):
+    template = (migrate.MIGRATIONS_DIR / "script.py.mako").read_text()
+    assert 'dialects = ("sqlite", "postgresql")' in template
