@@ -51,8 +51,13 @@ _SUPPORTED = (
 
 #: what makes a string a URL rather than a path: ``scheme://``
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+#: a path component that is a URL's scheme: what ``Path("postgresql+psycopg://h/db")``
+#: keeps of a URL (the "//" collapses), e.g. after a CLI parsed ``--db`` as a path
+_SCHEME_COMPONENT = re.compile(
+    r"^(postgres|postgresql|sqlite|mysql|mariadb|oracle|mssql|cockroachdb)(\+\w+)?:$", re.I
+)
 #: the password part of something URL-shaped that SQLAlchemy could not parse
-_PASSWORD = re.compile(r"(://[^/:@?#]*:)[^@/?#]*(@)")
+_PASSWORD = re.compile(r"(:/+[^/:@?#]*:)[^@/?#]*(@)")
 
 Given = Union[str, os.PathLike, URL, "Target", None]
 
@@ -133,6 +138,12 @@ def resolve(given: Given = None) -> Target:
 
 def _sqlite(path: Path, *, source: str) -> Target:
     path = Path(path).expanduser().absolute()
+    if any(_SCHEME_COMPONENT.match(part) for part in path.parts):
+        raise DatabaseURLError(
+            f"{mask(str(path))} looks like a database URL that was turned into a file path "
+            "(a directory named after a URL scheme would be created); pass the URL as "
+            "text, e.g. postgresql+psycopg://USER:PASSWORD@HOST/DATABASE"
+        )
     return Target(SQLITE, URL.create("sqlite+pysqlite", database=str(path)), path, source)
 
 

@@ -110,6 +110,24 @@ def test_a_url_is_never_taken_for_a_path(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_url_that_became_a_path_is_refused_not_created(tmp_path, monkeypatch):
+    # What a CLI option typed as a path makes of a URL: the "//" collapses.
+    monkeypatch.chdir(tmp_path)
+    mangled = Path(f"postgresql+psycopg://u:{SECRET}@/db?host=/x")
+    assert str(mangled).startswith("postgresql+psycopg:/u:")
+    with pytest.raises(errors.DatabaseURLError, match="looks like a database URL") as info:
+        migrate.upgrade(mangled)
+    assert SECRET not in str(info.value)
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_store", "--db", f"postgresql+psycopg://u:{SECRET}@/db",
+         "db", "upgrade"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HERMES_HOME": str(tmp_path / "home")})
+    assert result.returncode != 0
+    assert "looks like a database URL" in " ".join(result.stderr.split())
+    assert SECRET not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 # --------------------------------------------------------------------------- driver
 
 
