@@ -321,6 +321,12 @@ def sqlite_errors(path: object) -> Iterator[None]:
 # --------------------------------------------------------------------------- commands
 
 
+def _resolve(path: str | os.PathLike | None) -> Path:
+    """A SQLite file's path: ``path`` (a path or a ``sqlite:///`` URL) or the default
+    database; a PostgreSQL target is refused (callers of this handle files only)."""
+    return _file_path(path) if path is not None else _file_path(location.resolve(None))
+
+
 def _file_path(path) -> Path:
     """``path`` as a file path: a ``sqlite:///`` URL is its file; a PostgreSQL URL is
     refused (it is never a file name)."""
