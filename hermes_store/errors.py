@@ -115,3 +115,28 @@ class InvalidArgumentError(HermesStoreError, ValueError):
 
 class DatabaseAccessError(HermesStoreError):
     """The file or its directory cannot be read or written with our permissions."""
+
+
+# --------------------------------------------------------------------------- engines (D11)
+# Every message names the database (a PostgreSQL URL with its password masked) and says
+# what to do.
+
+
+class DatabaseURLError(HermesStoreError, ValueError):
+    """A database URL that cannot be used as given (malformed, no database named)."""
+
+
+class UnsupportedBackendError(DatabaseURLError):
+    """A URL for a database or driver hermes_store does not support."""
+
+
+class DriverMissingError(HermesStoreError):
+    """The database driver for the URL is not installed (``hermes_store[postgres]``)."""
+
+
+class ServerUnreachableError(HermesStoreError):
+    """The database server could not be reached (refused, unknown host, timed out)."""
+
+
+class UnsupportedServerError(HermesStoreError):
+    """The database server lacks what the store needs (version, encoding, extension)."""

@@ -22,6 +22,10 @@ sometimes lack objects of version N), stamped ``00NN``, then upgraded. See
 Before anything touches a file it is probed read-only: a file that is not SQLite, is
 damaged, or was written by a newer version (schema version above :func:`head`) is
 refused with an error from :mod:`hermes_store.errors` and left byte-for-byte as it was.
+
+Every public function also takes a SQLAlchemy URL (decision D11, resolved by
+:mod:`hermes_store.location`): ``sqlite:///PATH`` is that file, and a PostgreSQL URL is
+handed to :mod:`hermes_store.migrate_pg` (one baseline at ``0030``, advisory lock).
 """
 
 from __future__ import annotations
@@ -47,9 +51,8 @@ from alembic.operations import Operations
 from alembic.script import ScriptDirectory
 from sqlalchemy.pool import StaticPool
 
-from . import errors
+from . import errors, location
 from .engine import translate_error
-from .paths import default_db_path
 
 def _migrations_dir() -> Path:
     # `migrations/` at the repository root installs as the subpackage
@@ -103,8 +106,10 @@ def config(
     *,
     connection: sa.Connection | None = None,
     progress: Progress | None = None,
+    target: location.Target | None = None,
 ) -> Config:
-    """An Alembic Config on the packaged scripts, bound to a file or a live connection."""
+    """An Alembic Config on the packaged scripts, bound to a file, a resolved target
+    (a PostgreSQL URL) or a live connection."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("path_separator", "os")
@@ -113,6 +118,8 @@ def config(
         cfg.attributes["connection"] = connection
     if path is not None:
         cfg.attributes["db_path"] = str(path)
+    if target is not None:
+        cfg.attributes["db_target"] = target
     if progress is not None:
         cfg.attributes["progress"] = progress
     return cfg
@@ -228,7 +235,7 @@ def inspect_file(path: str | os.PathLike) -> FileState:
     Raises NotADatabaseError, DatabaseDamagedError, SchemaTooNewError,
     StoreBusyError or DatabaseAccessError; never changes the file.
     """
-    p = Path(path).expanduser().absolute()
+    p = _file_path(path)
     if not p.exists():
         return FileState(p, "missing", None, None, os.access(_existing_parent(p), os.W_OK))
     if p.is_dir():
@@ -276,18 +283,24 @@ def _existing_parent(p: Path) -> Path:
     return p
 
 
-def schema_version_of(path: str | os.PathLike) -> int | None:
+def schema_version_of(path: str | os.PathLike | None) -> int | None:
     """The upstream ``schema_version`` recorded in a file (None when absent)."""
-    return inspect_file(path).schema_version
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().schema_version_of(target)
+    return inspect_file(target.path).schema_version
 
 
 def current(path: str | os.PathLike | None = None) -> str | None:
-    """The file's revision, without writing to it.
+    """The file's (or PostgreSQL database's) revision, without writing to it.
 
     For a file upstream Hermes wrote (not yet adopted) this is the revision its
     ``schema_version`` corresponds to; None for a missing or empty file.
     """
-    return inspect_file(_resolve(path)).revision
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().current(target)
+    return inspect_file(target.path).revision
 
 
 # --------------------------------------------------------------------------- errors
@@ -309,7 +322,31 @@ def sqlite_errors(path: object) -> Iterator[None]:
 
 
 def _resolve(path: str | os.PathLike | None) -> Path:
-    return Path(path).expanduser().absolute() if path is not None else default_db_path()
+    """A SQLite file's path: ``path`` (a path or a ``sqlite:///`` URL) or the default
+    database; a PostgreSQL target is refused (callers of this handle files only)."""
+    return _file_path(path) if path is not None else _file_path(location.resolve(None))
+
+
+def _file_path(path) -> Path:
+    """``path`` as a file path: a ``sqlite:///`` URL is its file; a PostgreSQL URL is
+    refused (it is never a file name)."""
+    if isinstance(path, location.Target) or (
+        isinstance(path, str) and location.looks_like_url(path)
+    ):
+        target = location.resolve(path)
+        if not target.is_sqlite:
+            raise errors.UnsupportedBackendError(
+                f"{target.display} is not a SQLite file; this operation reads files only"
+            )
+        return target.path
+    return Path(path).expanduser().absolute()
+
+
+def _postgres():
+    """The PostgreSQL side, imported on first use (it needs psycopg)."""
+    from . import migrate_pg
+
+    return migrate_pg
 
 
 def upgrade(
@@ -323,7 +360,10 @@ def upgrade(
     A missing file is created, owner-only (with its directory). A file already at the target is
     left alone, even when it is read-only.
     """
-    p = _resolve(path)
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().upgrade(target, revision, progress=progress)
+    p = target.path
     state = inspect_file(p)
     if state.kind == "alembic" and _is_at(state.revision, revision):
         return state.revision
@@ -342,8 +382,12 @@ def _is_at(current_rev: str | None, target: str) -> bool:
 
 
 def downgrade(path: str | os.PathLike | None, revision: str) -> str | None:
-    """Downgrade a file to ``revision`` (``"base"`` removes every table)."""
-    p = _resolve(path)
+    """Downgrade a file to ``revision`` (``"base"`` removes every table; a PostgreSQL
+    database cannot go below its baseline ``0030``)."""
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().downgrade(target, revision)
+    p = target.path
     inspect_file(p)
     with sqlite_errors(p):
         command.downgrade(config(p), revision)
@@ -352,7 +396,10 @@ def downgrade(path: str | os.PathLike | None, revision: str) -> str | None:
 
 def stamp(path: str | os.PathLike | None, revision: str) -> None:
     """Record ``revision`` (and its schema_version) without running migrations."""
-    p = _resolve(path)
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().stamp(target, revision)
+    p = target.path
     inspect_file(p)
     with sqlite_errors(p):
         command.stamp(config(p), revision)
@@ -388,7 +435,10 @@ def check(path: str | os.PathLike | None = None) -> CheckResult:
     from .engine import create_engine
     from .schema import metadata
 
-    p = _resolve(path)
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().check(target)
+    p = target.path
     state = inspect_file(p)
     drift: list[str] = []
     if state.kind in ("alembic", "upstream"):

@@ -23,7 +23,8 @@ writes (checked against ``tests/data/head-v30-reference.schema.json``), includin
 * single-column primary keys are declared ``nullable=True``: upstream writes
   ``id TEXT PRIMARY KEY`` without ``NOT NULL`` and SQLite reports such a column as
   nullable (a composite key's columns are declared NOT NULL upstream, so they are here);
-* ``sa.REAL`` rather than ``sa.Float`` so that SQLite stores the declared type ``REAL``;
+* ``sa.REAL`` rather than ``sa.Float`` so that SQLite stores the declared type ``REAL``
+  (``REAL``/``INTEGER`` below: 64-bit on PostgreSQL too, as SQLite's are);
 * defaults are ``server_default=sa.text(...)`` with upstream's literal spelling;
 * columns are listed in upstream's order (a fresh upstream file's ``position``).
 
@@ -40,6 +41,12 @@ SCHEMA_VERSION = 30
 
 metadata = sa.MetaData()
 
+# SQLite's INTEGER and REAL are 64-bit; PostgreSQL spells those BIGINT and DOUBLE
+# PRECISION (its INTEGER and REAL are 32-bit: token counters would overflow and
+# timestamps lose their sub-second part). The variants leave SQLite's DDL as it is.
+INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+REAL = sa.REAL().with_variant(sa.Double(), "postgresql")
+
 _ZERO = sa.text("0")
 _ONE = sa.text("1")
 _EMPTY = sa.text("''")
@@ -52,14 +59,14 @@ def _text_key(name: str) -> sa.Column:
 
 def _counter(name: str, *, nullable: bool = False) -> sa.Column:
     """An INTEGER counter/flag defaulting to 0 (NOT NULL unless upstream left it nullable)."""
-    return sa.Column(name, sa.Integer, nullable=nullable, server_default=_ZERO)
+    return sa.Column(name, INTEGER, nullable=nullable, server_default=_ZERO)
 
 
 schema_version = sa.Table(
     "schema_version",
     metadata,
     # One row by convention (upstream reads LIMIT 1 and updates all rows); no key.
-    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("version", INTEGER, nullable=False),
 )
 
 system_prompts = sa.Table(
@@ -90,8 +97,8 @@ sessions = sa.Table(
     sa.Column("system_prompt", sa.Text),
     sa.Column("system_prompt_hash", sa.Text, sa.ForeignKey("system_prompts.hash")),
     sa.Column("parent_session_id", sa.Text, sa.ForeignKey("sessions.id")),
-    sa.Column("started_at", sa.REAL, nullable=False),
-    sa.Column("ended_at", sa.REAL),
+    sa.Column("started_at", REAL, nullable=False),
+    sa.Column("ended_at", REAL),
     sa.Column("end_reason", sa.Text),
     _counter("message_count", nullable=True),
     _counter("tool_call_count", nullable=True),
@@ -107,25 +114,25 @@ sessions = sa.Table(
     sa.Column("billing_provider", sa.Text),
     sa.Column("billing_base_url", sa.Text),
     sa.Column("billing_mode", sa.Text),
-    sa.Column("estimated_cost_usd", sa.REAL),
-    sa.Column("actual_cost_usd", sa.REAL),
+    sa.Column("estimated_cost_usd", REAL),
+    sa.Column("actual_cost_usd", REAL),
     sa.Column("cost_status", sa.Text),
     sa.Column("cost_source", sa.Text),
     sa.Column("pricing_version", sa.Text),
     sa.Column("title", sa.Text),
     sa.Column("title_source", sa.Text),
-    sa.Column("last_activity_at", sa.REAL),
+    sa.Column("last_activity_at", REAL),
     sa.Column("last_activity_description", sa.Text),
     sa.Column("last_activity_provenance", sa.Text),
     _counter("api_call_count", nullable=True),
     sa.Column("handoff_state", sa.Text),
     sa.Column("handoff_platform", sa.Text),
     sa.Column("handoff_error", sa.Text),
-    sa.Column("compression_failure_cooldown_until", sa.REAL),
+    sa.Column("compression_failure_cooldown_until", REAL),
     sa.Column("compression_failure_error", sa.Text),
     _counter("compression_fallback_streak"),
     _counter("compression_ineffective_count"),
-    sa.Column("compression_recovery_deadline", sa.REAL),
+    sa.Column("compression_recovery_deadline", REAL),
     _counter("compression_overload_streak"),
     sa.Column("profile_name", sa.Text),
     sa.Column("transport_profile", sa.Text),
@@ -133,7 +140,7 @@ sessions = sa.Table(
     _counter("archived"),
     _counter("pinned"),
     _counter("hidden"),
-    sa.Column("last_read_at", sa.REAL),
+    sa.Column("last_read_at", REAL),
     sa.Column("tool_names", sa.Text),
 )
 
@@ -141,7 +148,7 @@ messages = sa.Table(
     "messages",
     metadata,
     # AUTOINCREMENT: ids are never reused, which external-content FTS rowids rely on.
-    sa.Column("id", sa.Integer, primary_key=True, nullable=True),
+    sa.Column("id", INTEGER, primary_key=True, nullable=True),
     sa.Column("session_id", sa.Text, sa.ForeignKey("sessions.id"), nullable=False),
     sa.Column("role", sa.Text, nullable=False),
     # Text; list/dict content is stored as "\x00json:" + JSON by the repository.
@@ -150,8 +157,8 @@ messages = sa.Table(
     sa.Column("tool_calls", sa.Text),
     sa.Column("tool_name", sa.Text),
     sa.Column("effect_disposition", sa.Text),
-    sa.Column("timestamp", sa.REAL, nullable=False),
-    sa.Column("token_count", sa.Integer),
+    sa.Column("timestamp", REAL, nullable=False),
+    sa.Column("token_count", INTEGER),
     sa.Column("finish_reason", sa.Text),
     sa.Column("reasoning", sa.Text),
     sa.Column("reasoning_content", sa.Text),
@@ -162,14 +169,14 @@ messages = sa.Table(
     _counter("observed", nullable=True),
     _counter("_compressed_summary"),
     # 0 = soft-deleted by rewind/undo
-    sa.Column("active", sa.Integer, nullable=False, server_default=_ONE),
+    sa.Column("active", INTEGER, nullable=False, server_default=_ONE),
     _counter("compacted"),
     sa.Column("api_content", sa.Text),
     sa.Column("display_kind", sa.Text),
     sa.Column("display_metadata", sa.Text),
     # Maintained by the display-order triggers (hermes_store.display_order)
     sa.Column("display_identity", sa.LargeBinary),
-    sa.Column("display_order", sa.Integer),
+    sa.Column("display_order", INTEGER),
     sqlite_autoincrement=True,
 )
 
@@ -195,12 +202,12 @@ session_model_usage = sa.Table(
     _counter("cache_read_tokens"),
     _counter("cache_write_tokens"),
     _counter("reasoning_tokens"),
-    sa.Column("estimated_cost_usd", sa.REAL, nullable=False, server_default=_ZERO),
-    sa.Column("actual_cost_usd", sa.REAL, nullable=False, server_default=_ZERO),
+    sa.Column("estimated_cost_usd", REAL, nullable=False, server_default=_ZERO),
+    sa.Column("actual_cost_usd", REAL, nullable=False, server_default=_ZERO),
     sa.Column("cost_status", sa.Text),
     sa.Column("cost_source", sa.Text),
-    sa.Column("first_seen", sa.REAL),
-    sa.Column("last_seen", sa.REAL),
+    sa.Column("first_seen", REAL),
+    sa.Column("last_seen", REAL),
 )
 
 state_meta = sa.Table(
@@ -216,7 +223,7 @@ gateway_routing = sa.Table(
     sa.Column("scope", sa.Text, primary_key=True, nullable=False, server_default=_EMPTY),
     sa.Column("session_key", sa.Text, primary_key=True, nullable=False),
     sa.Column("entry_json", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
 )
 
 gateway_hygiene_state = sa.Table(
@@ -239,9 +246,9 @@ gateway_heartbeats = sa.Table(
     "gateway_heartbeats",
     metadata,
     _text_key("backend_id"),
-    sa.Column("pid", sa.Integer, nullable=False),
-    sa.Column("started_at", sa.REAL, nullable=False),
-    sa.Column("last_heartbeat", sa.REAL, nullable=False),
+    sa.Column("pid", INTEGER, nullable=False),
+    sa.Column("started_at", REAL, nullable=False),
+    sa.Column("last_heartbeat", REAL, nullable=False),
     sa.Column("profile", sa.Text, nullable=False, server_default=_EMPTY),
     sa.Column("host", sa.Text, nullable=False, server_default=_EMPTY),
 )
@@ -251,8 +258,8 @@ compression_locks = sa.Table(
     metadata,
     _text_key("session_id"),
     sa.Column("holder", sa.Text, nullable=False),
-    sa.Column("acquired_at", sa.REAL, nullable=False),
-    sa.Column("expires_at", sa.REAL, nullable=False),
+    sa.Column("acquired_at", REAL, nullable=False),
+    sa.Column("expires_at", REAL, nullable=False),
 )
 
 session_turn_leases = sa.Table(
@@ -260,8 +267,8 @@ session_turn_leases = sa.Table(
     metadata,
     _text_key("conversation_id"),
     sa.Column("holder", sa.Text, nullable=False),
-    sa.Column("acquired_at", sa.REAL, nullable=False),
-    sa.Column("expires_at", sa.REAL, nullable=False),
+    sa.Column("acquired_at", REAL, nullable=False),
+    sa.Column("expires_at", REAL, nullable=False),
 )
 
 async_delegations = sa.Table(
@@ -272,19 +279,19 @@ async_delegations = sa.Table(
     sa.Column("origin_ui_session_id", sa.Text, nullable=False, server_default=_EMPTY),
     sa.Column("parent_session_id", sa.Text),
     sa.Column("state", sa.Text, nullable=False),
-    sa.Column("dispatched_at", sa.REAL, nullable=False),
-    sa.Column("completed_at", sa.REAL),
-    sa.Column("updated_at", sa.REAL, nullable=False),
+    sa.Column("dispatched_at", REAL, nullable=False),
+    sa.Column("completed_at", REAL),
+    sa.Column("updated_at", REAL, nullable=False),
     sa.Column("event_json", sa.Text),
     sa.Column("result_json", sa.Text),
     sa.Column("delivery_state", sa.Text, nullable=False, server_default=sa.text("'pending'")),
     _counter("delivery_attempts"),
-    sa.Column("delivered_at", sa.REAL),
-    sa.Column("owner_pid", sa.Integer),
-    sa.Column("owner_started_at", sa.Integer),
+    sa.Column("delivered_at", REAL),
+    sa.Column("owner_pid", INTEGER),
+    sa.Column("owner_started_at", INTEGER),
     sa.Column("task_json", sa.Text),
     sa.Column("delivery_claim", sa.Text),
-    sa.Column("delivery_claimed_at", sa.REAL),
+    sa.Column("delivery_claimed_at", REAL),
     sa.Column("origin_session_id", sa.Text, nullable=False, server_default=_EMPTY),
 )
 
@@ -300,17 +307,17 @@ delivery_obligations = sa.Table(
     # pending / attempting / delivered / failed / abandoned
     sa.Column("state", sa.Text, nullable=False),
     _counter("attempts"),
-    sa.Column("created_at", sa.REAL, nullable=False),
-    sa.Column("updated_at", sa.REAL, nullable=False),
-    sa.Column("owner_pid", sa.Integer),
-    sa.Column("owner_started_at", sa.Integer),
+    sa.Column("created_at", REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
+    sa.Column("owner_pid", INTEGER),
+    sa.Column("owner_started_at", INTEGER),
     sa.Column("last_error", sa.Text),
     sa.Column("adapter_profile", sa.Text),
     _counter("delivery_fence"),
     sa.Column("owner_installation_id", sa.Text),
     sa.Column("owner_host", sa.Text),
     sa.Column("owner_generation", sa.Text),
-    sa.Column("lease_expires_at", sa.REAL),
+    sa.Column("lease_expires_at", REAL),
 )
 
 

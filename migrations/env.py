@@ -2,9 +2,15 @@
 
 Which database:
   * ``config.attributes["connection"]`` — a live connection handed in by Python code;
-  * ``config.attributes["db_path"]`` — set by :mod:`hermes_store.migrate`;
-  * ``alembic -x db=PATH`` (a path or a ``sqlite:///`` URL) on the command line;
-  * else ``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``.
+  * ``config.attributes["db_path"]`` / ``["db_target"]`` — set by :mod:`hermes_store.migrate`;
+  * ``alembic -x db=PATH`` or ``-x db=URL`` (``sqlite:///PATH``, or a PostgreSQL URL) on the
+    command line;
+  * else ``$HERMES_STATE_DATABASE_URL``, else ``$HERMES_HOME/state.db``, else
+    ``~/.hermes/state.db`` (:mod:`hermes_store.location`).
+
+A PostgreSQL database takes its own path (:func:`run_on_postgres`, in
+:mod:`hermes_store.migrate_pg`): advisory lock, the baseline at ``0030`` on an empty
+database, nothing below it. The steps below are the SQLite file's.
 
 Every run goes through the same steps, whichever entry point started it:
   1. probe the file read-only — refuse (unchanged) a non-SQLite, damaged or newer file;
@@ -28,9 +34,8 @@ import sqlalchemy as sa
 from alembic import context
 from alembic.util import CommandError
 
-from hermes_store import errors, migrate
+from hermes_store import errors, location, migrate
 from hermes_store.engine import BEGIN_MODE, create_engine, writer
-from hermes_store.paths import default_db_path
 
 config = context.config
 log = logging.getLogger("hermes_store.migrations")
@@ -100,16 +105,31 @@ def run_on_connection(connection, where: object) -> None:
         context.run_migrations()
 
 
-def _db_path() -> Path:
-    given = config.attributes.get("db_path") or context.get_x_argument(as_dictionary=True).get("db")
-    if not given:
-        return default_db_path()
-    if "://" in given:
-        url = sa.engine.make_url(given)
-        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-            raise errors.HermesStoreError(f"-x db={given}: only SQLite database files are supported")
-        given = url.database
-    return Path(given).expanduser().absolute()
+def _target() -> location.Target:
+    """The database this run is for: a URL is never taken for a path (D11)."""
+    given = (
+        config.attributes.get("db_target")
+        or config.attributes.get("db_path")
+        or context.get_x_argument(as_dictionary=True).get("db")
+    )
+    return location.resolve(given or None)
+
+
+def run_on_postgres(target: location.Target) -> None:
+    from hermes_store import migrate_pg
+
+    def configure(connection, on_version_apply) -> None:
+        context.configure(
+            connection=connection,
+            target_metadata=_target_metadata(),
+            include_name=migrate_pg.include_name,
+            transactional_ddl=True,
+            transaction_per_migration=True,
+            compare_type=True,
+            on_version_apply=on_version_apply,
+        )
+
+    migrate_pg.run_env(context, target, read_only=_read_only_command(), configure=configure)
 
 
 def run_on_file(path: Path) -> None:
@@ -189,9 +209,12 @@ def main() -> None:
             with _handed_in(connection), migrate.sqlite_errors("database"):
                 run_on_connection(connection, "database")
         else:
-            path = _db_path()
-            with migrate.sqlite_errors(path):
-                run_on_file(path)
+            target = _target()
+            if target.is_postgresql:
+                run_on_postgres(target)
+            else:
+                with migrate.sqlite_errors(target.path):
+                    run_on_file(target.path)
     except errors.HermesStoreError as exc:
         if config.cmd_opts is not None:  # the alembic CLI: print "FAILED: <reason>", no traceback
             raise CommandError(str(exc)) from exc

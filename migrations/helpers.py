@@ -20,23 +20,49 @@ def _scalar(sql: str, **params):
     return op.get_bind().execute(sa.text(sql), params).scalar()
 
 
+def dialect() -> str:
+    """``"sqlite"`` or ``"postgresql"``: revisions after 0030 run on both and branch on it."""
+    return op.get_bind().dialect.name
+
+
+# Catalog probes per dialect (SQLite's sqlite_master; PostgreSQL's catalogs, in the
+# connection's current schema).
+_SQLITE_PROBE = "SELECT 1 FROM sqlite_master WHERE type='{kind}' AND name=:n"
+_PG_PROBES = {
+    "table": "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = :n",
+    "view": "SELECT 1 FROM pg_views WHERE schemaname = current_schema() AND viewname = :n",
+    "index": "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n",
+    "trigger": "SELECT 1 FROM pg_trigger WHERE NOT tgisinternal AND tgname = :n",
+}
+
+
+def _exists(kind: str, name: str) -> bool:
+    sql = _PG_PROBES[kind] if dialect() == "postgresql" else _SQLITE_PROBE.format(kind=kind)
+    return bool(_scalar(sql, n=name))
+
+
 def has_table(name: str) -> bool:
-    return bool(_scalar("SELECT 1 FROM sqlite_master WHERE type='table' AND name=:n", n=name))
+    return _exists("table", name)
 
 
 def has_view(name: str) -> bool:
-    return bool(_scalar("SELECT 1 FROM sqlite_master WHERE type='view' AND name=:n", n=name))
+    return _exists("view", name)
 
 
 def has_index(name: str) -> bool:
-    return bool(_scalar("SELECT 1 FROM sqlite_master WHERE type='index' AND name=:n", n=name))
+    return _exists("index", name)
 
 
 def has_trigger(name: str) -> bool:
-    return bool(_scalar("SELECT 1 FROM sqlite_master WHERE type='trigger' AND name=:n", n=name))
+    return _exists("trigger", name)
 
 
 def columns_of(table: str) -> list[str]:
+    if dialect() == "postgresql":
+        return list(op.get_bind().execute(sa.text(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = :t ORDER BY ordinal_position"
+        ), {"t": table}).scalars())
     rows = op.get_bind().exec_driver_sql(f'PRAGMA table_info("{table}")').fetchall()
     return [r[1] for r in rows]
 

@@ -5,7 +5,9 @@ Shipped in: <release, or "unreleased main">
 
 <What changes and why. Keep this revision frozen: declare the DDL as of this
 version here (never import hermes_store.schema), make every step idempotent with
-hermes_store.migrations.helpers, and give downgrade() back whatever upgrade() took.>
+hermes_store.migrations.helpers, and give downgrade() back whatever upgrade() took.
+It runs on SQLite files and on PostgreSQL databases: where the two need different
+SQL, branch on h.dialect() (docs/migrations.md, "PostgreSQL").>
 
 Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
@@ -22,6 +24,8 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+#: the engines this revision handles: every revision after 0030 handles both
+dialects = ("sqlite", "postgresql")
 
 
 def upgrade() -> None:

@@ -12,6 +12,16 @@ from pathlib import Path
 
 import pytest
 
+# The throwaway PostgreSQL server and its per-test databases (tests/support/postgres.py);
+# imported here so that every test module can use the fixtures.
+from support.postgres import (  # noqa: F401
+    mark_postgres_items,
+    pg_empty_url,
+    pg_server,
+    pg_template,
+    pg_url,
+)
+
 DATA = Path(__file__).parent / "data"
 FIXTURES_DIR = DATA / "fixtures"
 HEAD_REFERENCE = DATA / "head-v30-reference.schema.json"
@@ -58,3 +68,7 @@ def hermes_home(tmp_path, monkeypatch) -> Path:
 def upstream_fixture(request, tmp_path) -> Path:
     """A private copy of each upstream fixture in turn."""
     return copy_fixture(request.param, tmp_path)
+
+
+def pytest_collection_modifyitems(config, items):
+    mark_postgres_items(items)

@@ -16,8 +16,9 @@ does not spell portably are kept here, each as one small construct:
   ``BINARY`` is and a PostgreSQL database's default collation usually is not. So SQLite
   gets the range and every other dialect PostgreSQL's built-in ``starts_with()``.
 
-A PostgreSQL backend adds its ``@compiles`` rule for ``json_text``; ``starts_with``
-already renders PostgreSQL's own function.
+On PostgreSQL ``json_text`` compiles to ``hermes_json_text()``, a function of the
+PostgreSQL head (``hermes_store/fts/postgres.py``) with the same NULL-for-malformed rule.
+``starts_with`` renders PostgreSQL's own function there.
 """
 
 from __future__ import annotations
@@ -64,6 +65,14 @@ def _json_text_sqlite(element, compiler, **kw):
     (column,) = element.clauses
     col = compiler.process(column, **kw)
     return f"CASE WHEN json_valid({col}) THEN json_extract({col}, '$.{element.key}') END"
+
+
+@compiles(json_text, "postgresql")
+def _json_text_postgresql(element, compiler, **kw):
+    # hermes_json_text (fts/postgres.py, part of the PostgreSQL head): malformed JSON and
+    # non-objects read as NULL, as the json_valid guard does on SQLite.
+    (column,) = element.clauses
+    return f"hermes_json_text({compiler.process(column, **kw)}, '{element.key}')"
 
 
 class starts_with(FunctionElement):

@@ -1,0 +1,239 @@
+"""The search query layer on PostgreSQL, beside ``fts/query.py`` (decision D12).
+
+The query text is sanitized and routed exactly as on SQLite (``query.sanitize_fts5_query``,
+``query.plan_search`` — the PostgreSQL indexes carry the FTS5 tables' names, so
+:func:`available_indexes` answers in the same terms). What differs is how a route is
+expressed in SQL:
+
+``ROUTE_FTS`` (word index)
+    :func:`tsquery_text` turns the sanitized FTS5 expression into ``to_tsquery`` input:
+    terms and phrases become lexemes (split where the document is split: at every run of
+    characters that is not a letter or digit), a phrase or a term that splits is joined
+    by ``<->``, ``term*`` becomes ``'term':*``, implicit and explicit ``AND`` become
+    ``&``, ``OR`` becomes ``|``, FTS5's binary ``a NOT b`` becomes ``a & !b``, with FTS5's
+    precedence (NOT, then AND, then OR). :func:`matches` is the ``@@`` condition on
+    ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
+    ``rank``, lower is better; :func:`snippet` is ``ts_headline`` with ``>>>``/``<<<``.
+``ROUTE_TRIGRAM`` (substrings, CJK)
+    :func:`trigram_matches`: each term is a case-insensitive substring (``ILIKE``, escaped)
+    of the trigram document, combined with the same AND/OR/NOT rules, restricted to the
+    index's scope (``fts_trigram_scope``) — the shape ``messages_fts_trigram`` serves.
+``ROUTE_LIKE`` (CJK terms too short for trigrams)
+    :func:`like_matches`: any term as a case-insensitive substring of ``content``,
+    ``tool_name`` or ``tool_calls`` (terms OR-ed, as on SQLite). The caller bounds the
+    scan to the newest ``short_query_scan_rows`` ids, as on SQLite.
+
+Every function takes the ``messages`` table (or an alias of it) whose row is searched,
+and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from .ddl import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
+from .postgres import (
+    DOCUMENT_COLUMN,
+    TRIGRAM_DOCUMENT_FUNCTION,
+    TRIGRAM_INDEX,
+    TRIGRAM_SCOPE_COLUMN,
+    TS_CONFIG,
+    WORD_INDEX,
+)
+from .query import (
+    FTS_OPERATORS,
+    SNIPPET_CLOSE,
+    SNIPPET_OPEN,
+    SNIPPET_TOKENS,
+    Term,
+    query_terms,
+)
+
+#: ``ts_headline`` options: the FTS5 snippet's marks and length (in words)
+HEADLINE_OPTIONS = (
+    f'StartSel="{SNIPPET_OPEN}", StopSel="{SNIPPET_CLOSE}", '
+    f"MaxWords={SNIPPET_TOKENS}, MinWords={SNIPPET_TOKENS // 2}, ShortWord=0"
+)
+
+# The sanitized FTS5 expression: "phrases" (with "" escapes) and barewords, either one
+# optionally glued to a "*"; whitespace between them.
+_ITEM = re.compile(r'(?P<string>"(?:[^"]|"")*")(?P<sprefix>\*)?|(?P<word>[^\s"*]+)(?P<wprefix>\*)?|\S')
+#: the tokens a term splits into: runs of letters and digits (the document's rule)
+_WORDS = re.compile(r"[^\W_]+")
+
+
+def _lexemes(text: str) -> list[str]:
+    return _WORDS.findall(text)
+
+
+def _quoted(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _term(text: str, prefix: bool) -> str | None:
+    """One FTS5 term or phrase as tsquery text; None when it holds no word."""
+    lexemes = [_quoted(w) for w in _lexemes(text)]
+    if not lexemes:
+        return None
+    if prefix:
+        lexemes[-1] += ":*"
+    return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
+
+
+@dataclass
+class _Operand:
+    """One OR-operand: terms AND-ed, each possibly negated (FTS5's binary NOT)."""
+
+    terms: list[tuple[bool, str]]
+
+    def render(self) -> str | None:
+        kept = [f"!{t}" if negated else t for negated, t in self.terms]
+        if not any(not negated for negated, _ in self.terms):
+            return None  # nothing positive to match: FTS5 matches nothing here either
+        return "(" + " & ".join(kept) + ")"
+
+
+def tsquery_text(sanitized: str) -> str | None:
+    """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
+    searchable is left)."""
+    operands: list[_Operand] = [_Operand([])]
+    negate_next = False
+    for m in _ITEM.finditer(sanitized):
+        if m.group("string") is not None:
+            rendered = _term(m.group("string")[1:-1].replace('""', '"'), bool(m.group("sprefix")))
+        elif m.group("word") is not None:
+            word = m.group("word")
+            if word in FTS_OPERATORS and not m.group("wprefix"):
+                if word == "OR":
+                    operands.append(_Operand([]))
+                    negate_next = False
+                elif word == "NOT":
+                    negate_next = True
+                continue  # AND: the implicit conjunction
+            rendered = _term(word, bool(m.group("wprefix")))
+        else:
+            continue  # a stray character the sanitizer left: no meaning in a tsquery
+        if rendered is not None:
+            operands[-1].terms.append((negate_next, rendered))
+        negate_next = False
+    parts = [p for p in (o.render() for o in operands) if p is not None]
+    return " | ".join(parts) if parts else None
+
+
+# --------------------------------------------------------------------------- SQL pieces
+
+
+def document(messages: sa.FromClause) -> sa.ColumnElement:
+    """The word index's ``tsvector`` column of ``messages`` (not in the Core metadata)."""
+    return sa.literal_column(f"{messages.name}.{DOCUMENT_COLUMN}")
+
+
+def tsquery(expression: str | sa.BindParameter) -> sa.ColumnElement:
+    """``to_tsquery('simple', expression)``; ``expression`` is text or a bind parameter."""
+    if not isinstance(expression, sa.BindParameter):
+        expression = sa.bindparam(None, expression, type_=sa.Text)
+    return sa.func.to_tsquery(sa.literal_column(f"'{TS_CONFIG}'::regconfig"), expression)
+
+
+def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[bool]:
+    """The word-index condition (served by ``messages_fts``)."""
+    return document(messages).op("@@", return_type=sa.Boolean)(query)
+
+
+def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
+    """Relevance with FTS5's sign: lower is better (``ORDER BY rank`` = best first)."""
+    return -sa.func.ts_rank(document(messages), query, type_=sa.Float)
+
+
+def snippet(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[str]:
+    """Matched words in ``>>>…<<<`` from the indexed text (a tool row's indexed prefix),
+    about ``SNIPPET_TOKENS`` words long."""
+    m = messages.c
+    content = sa.case(
+        (m.role == "tool", sa.func.left(sa.func.coalesce(m.content, ""), TOOL_CONTENT_PREFIX_CHARS)),
+        else_=sa.func.coalesce(m.content, ""),
+    )
+    text = content + " " + sa.func.coalesce(m.tool_name, "") + " " + sa.func.coalesce(m.tool_calls, "")
+    return sa.func.ts_headline(sa.literal_column(f"'{TS_CONFIG}'::regconfig"), text, query,
+                               HEADLINE_OPTIONS, type_=sa.Text)
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _contains(column: sa.ColumnElement, needle: str) -> sa.ColumnElement[bool]:
+    return column.ilike(sa.bindparam(None, f"%{_escape_like(needle)}%", type_=sa.Text),
+                        escape="\\")
+
+
+def _boolean(terms: list[Term], condition) -> sa.ColumnElement[bool] | None:
+    """AND/OR/NOT over ``terms`` with FTS5's precedence; ``condition(text)`` per term."""
+    operands: list[list[sa.ColumnElement]] = [[]]
+    negate_next = False
+    for term in terms:
+        if term.is_operator:
+            if term.text == "OR":
+                operands.append([])
+            negate_next = term.text == "NOT"
+            continue
+        clause = condition(term.text)
+        operands[-1].append(sa.not_(clause) if negate_next else clause)
+        negate_next = False
+    kept = [sa.and_(*o) for o in operands if o]
+    return sa.or_(*kept) if kept else None
+
+
+def trigram_document(messages: sa.FromClause) -> sa.ColumnElement[str]:
+    m = messages.c
+    return getattr(sa.func, TRIGRAM_DOCUMENT_FUNCTION)(m.content, m.tool_name, type_=sa.Text)
+
+
+def trigram_matches(messages: sa.FromClause, sanitized: str) -> sa.ColumnElement[bool] | None:
+    """The trigram route's condition: every term a substring (AND/OR/NOT as FTS5), within
+    the index's scope — the shape ``messages_fts_trigram`` serves. None: no term."""
+    doc = trigram_document(messages)
+    condition = _boolean(query_terms(sanitized), lambda text: _contains(doc, text))
+    if condition is None:
+        return None
+    scope = sa.literal_column(f"{messages.name}.{TRIGRAM_SCOPE_COLUMN}", sa.Boolean)
+    return sa.and_(scope, condition)
+
+
+def like_matches(messages: sa.FromClause, terms) -> sa.ColumnElement[bool] | None:
+    """The short-CJK route's condition: any term in content, tool name or tool calls."""
+    m = messages.c
+    clauses = [sa.or_(_contains(m.content, t), _contains(m.tool_name, t), _contains(m.tool_calls, t))
+               for t in terms if t]
+    return sa.or_(*clauses) if clauses else None
+
+
+_PRESENT = sa.text(
+    "SELECT relname FROM pg_class WHERE relkind = 'i' AND relname IN (:a, :b) "
+    "AND relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
+)
+
+
+def available_indexes(conn: sa.Connection) -> frozenset[str]:
+    """The indexes search can use, by the FTS5 tables' names (``plan_search``'s terms)."""
+    names = {WORD_INDEX: FTS_TABLE, TRIGRAM_INDEX: TRIGRAM_TABLE}
+    rows = conn.execute(_PRESENT, {"a": WORD_INDEX, "b": TRIGRAM_INDEX}).scalars()
+    return frozenset(names[name] for name in rows)
+
+
+__all__ = [
+    "HEADLINE_OPTIONS",
+    "available_indexes",
+    "document",
+    "like_matches",
+    "matches",
+    "rank",
+    "snippet",
+    "trigram_document",
+    "trigram_matches",
+    "tsquery",
+    "tsquery_text",
+]

@@ -1,0 +1,401 @@
+"""The PostgreSQL side of :mod:`hermes_store.migrate` (decision D12).
+
+``hermes_store.migrate``'s public functions hand a PostgreSQL target (a URL, see
+:mod:`hermes_store.location`) to the functions of the same name here; ``migrations/env.py``
+calls :func:`run_env` for ``alembic -x db=URL …``. Both run the same Alembic scripts.
+
+One chain, one baseline. A PostgreSQL database starts at revision ``0030``: on an empty
+database the first upgrade runs the frozen baseline (``migrations/pg_baseline.py``: the
+whole head schema) and stamps ``0030`` in the same transaction. Revisions 0001–0030 never
+run on PostgreSQL; an upgrade to, a downgrade to or a stamp of anything below ``0030`` is
+refused with an error that says so. Revisions after ``0030`` run on both engines (each
+declares ``dialects``; ``docs/migrations.md``).
+
+Every migrating run holds ``pg_advisory_lock`` (:func:`hermes_store.postgres.migration_lock`)
+from before it reads the version until after the last step, so two deploys cannot race;
+each step is one transaction (PostgreSQL's DDL is transactional), and ``schema_version``
+follows the revision as on SQLite.
+
+Also here: :func:`create_head` (the head from the live definitions — ``schema.py``,
+``fts/postgres.py``, ``display_order.py``), :func:`ensure_schema` (what ``SessionDB``
+needs at open) and :func:`check` (drift against ``hermes_store.schema``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.migration import MigrationContext, StampStep
+from alembic.script import ScriptDirectory
+
+from . import errors, location
+from .location import Target
+
+#: the revision a PostgreSQL database starts at (``migrations/pg_baseline.py``)
+BASELINE = "0030"
+
+
+# --------------------------------------------------------------------------- the head
+
+
+def create_head(conn: sa.Connection) -> None:
+    """The head schema from the live definitions, on an empty database (inside the
+    caller's transaction). While the head is the baseline this equals
+    ``pg_baseline.create`` (tested); later it is what the baseline plus the revisions
+    after it must give."""
+    from . import display_order, schema
+    from .fts import postgres as fts_postgres
+
+    schema.metadata.create_all(conn)
+    fts_postgres.create_fts(conn)
+    display_order.create_display_triggers(conn)
+    conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
+
+
+def _baseline_module():
+    from .migrations import pg_baseline
+
+    return pg_baseline
+
+
+# --------------------------------------------------------------------------- probing
+
+
+@dataclass(frozen=True)
+class DbState:
+    """What a PostgreSQL database holds: ``kind`` is ``"empty"`` (no tables),
+    ``"alembic"`` (``revision`` from ``alembic_version``) or ``"foreign"``."""
+
+    kind: str
+    revision: str | None
+    tables: frozenset[str]
+
+
+def _scripts() -> ScriptDirectory:
+    from . import migrate
+
+    return migrate._scripts()
+
+
+def classify(conn: sa.Connection, target: Target) -> DbState:
+    """Read what the database holds (its current schema) and refuse what we must not
+    touch: tables that are not a Hermes store, a revision newer than this package."""
+    tables = frozenset(sa.inspect(conn).get_table_names())
+    if "alembic_version" not in tables:
+        if not tables:
+            return DbState("empty", None, tables)
+        raise errors.NotADatabaseError(
+            f"{target.display} holds tables ({', '.join(sorted(tables)[:5])}…) but is not a "
+            "hermes_store database (no alembic_version); point hermes_store at an empty "
+            "database or at one it created"
+        )
+    rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all()
+    if not rows:
+        return DbState("empty" if tables == {"alembic_version"} else "alembic", None, tables)
+    if len(rows) > 1:
+        raise errors.DatabaseDamagedError(
+            f"{target.display}: alembic_version holds {len(rows)} rows instead of one"
+        )
+    revision = rows[0]
+    scripts = _scripts()
+    try:
+        scripts.get_revision(revision)
+    except Exception:
+        newest = scripts.get_current_head()
+        if revision.isdigit() and newest and revision > newest:
+            raise errors.SchemaTooNewError(
+                f"{target.display} has revision {revision}, newer than this hermes_store "
+                f"understands (up to {newest}); upgrade hermes_store. The database was not "
+                "changed."
+            ) from None
+        raise errors.SchemaError(
+            f"{target.display}: stamped with revision {revision!r}, which this package does "
+            "not know; it was migrated by a different tool"
+        ) from None
+    return DbState("alembic", revision, tables)
+
+
+@contextlib.contextmanager
+def _connection(target: Target):
+    from . import postgres
+
+    engine = postgres.create_engine(target, poolclass=sa.pool.NullPool)
+    try:
+        with postgres.pg_errors(target), engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def inspect_database(target: Target) -> DbState:
+    """Probe without writing (one read-only transaction)."""
+    with _connection(target) as conn:
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        state = classify(conn, target)
+        conn.rollback()
+        return state
+
+
+def current(target: Target) -> str | None:
+    """The database's revision (None for an empty database)."""
+    return inspect_database(target).revision
+
+
+def schema_version_of(target: Target) -> int | None:
+    with _connection(target) as conn:
+        if not sa.inspect(conn).has_table("schema_version"):
+            return None
+        return conn.exec_driver_sql("SELECT version FROM schema_version LIMIT 1").scalar()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _config(target: Target, progress=None):
+    from . import migrate
+
+    return migrate.config(target=target, progress=progress)
+
+
+def upgrade(target: Target, revision: str = "head", *, progress=None) -> str | None:
+    """Upgrade to ``revision`` (an empty database starts from the baseline); returns the
+    revision reached. A database already there is left alone (no lock, no DDL)."""
+    from . import migrate
+
+    if migrate._is_at(current(target), revision):
+        return revision if revision not in ("head", "heads") else migrate.head()
+    command.upgrade(_config(target, progress), revision)
+    return current(target)
+
+
+def downgrade(target: Target, revision: str) -> str | None:
+    """Downgrade to ``revision``; below the baseline (``0030``) is refused."""
+    command.downgrade(_config(target), revision)
+    return current(target)
+
+
+def stamp(target: Target, revision: str) -> None:
+    command.stamp(_config(target), revision)
+
+
+def ensure_schema(target: Target, *, auto_upgrade: bool = True, read_only: bool = False) -> None:
+    """Bring the database to head, or raise the error that says what to run (what
+    ``SessionDB`` does at open, as ``store.ensure_schema`` for a file)."""
+    from . import migrate
+
+    head = migrate.head()
+    at = current(target)
+    if at == head:
+        return
+    if read_only or not auto_upgrade:
+        state = "has no schema yet" if at is None else f"is at schema revision {at}"
+        why = "it is opened read-only" if read_only else "auto_upgrade=False"
+        raise errors.SchemaOutOfDateError(
+            f"{target.display} {state}, head is {head}, and {why}: "
+            f"{location.upgrade_hint(target)}"
+        )
+    upgrade(target, "head")
+
+
+# --------------------------------------------------------------------------- env.py
+
+
+def _below_baseline(scripts: ScriptDirectory) -> frozenset[str]:
+    """Revisions older than the baseline (they never run on PostgreSQL)."""
+    older = {r.revision for r in scripts.iterate_revisions(BASELINE, "base")}
+    older.discard(BASELINE)
+    return frozenset(older)
+
+
+def _refuse(target: Target, what: str) -> errors.SchemaError:
+    return errors.SchemaError(
+        f"{target.display}: {what}. A PostgreSQL database starts at revision {BASELINE} "
+        f"(the head schema of schema version 30, in one step); revisions before {BASELINE} "
+        "exist for SQLite files only"
+    )
+
+
+#: what a revision after the baseline declares to run on PostgreSQL (docs/migrations.md)
+DIALECTS_ATTRIBUTE = "dialects"
+
+
+def handles_postgresql(script) -> bool:
+    """Whether a revision (an Alembic ``Script``) declares that it runs on PostgreSQL."""
+    return "postgresql" in tuple(getattr(script.module, DIALECTS_ATTRIBUTE, ()) or ())
+
+
+def _check_plan(steps: list, state: DbState, target: Target, scripts: ScriptDirectory) -> bool:
+    """Refuse steps below the baseline and revisions that do not handle PostgreSQL;
+    True when an empty database needs the baseline first (an upgrade to the baseline
+    or beyond)."""
+    older = _below_baseline(scripts)
+    for step in steps:
+        reaches = set(step.to_revisions) or {"base"}
+        if not isinstance(step, StampStep):
+            script = step.revision
+            if script.revision not in older and script.revision != BASELINE \
+                    and not handles_postgresql(script):
+                raise errors.SchemaError(
+                    f"{target.display}: revision {script.revision} does not declare "
+                    f"{DIALECTS_ATTRIBUTE} = (\"sqlite\", \"postgresql\"), so it cannot run on "
+                    "PostgreSQL; every revision after the baseline must handle both engines"
+                )
+        if isinstance(step, StampStep):
+            if state.kind == "empty":
+                raise _refuse(target, "stamping an empty database would record a schema it "
+                                      "does not have; run `upgrade head` instead")
+            if reaches & (older | {"base"}):
+                raise _refuse(target, f"cannot stamp {', '.join(sorted(reaches))}")
+        elif not step.is_upgrade and reaches & (older | {"base"}):
+            raise _refuse(target, f"cannot downgrade below {BASELINE}")
+    upgrades = [s for s in steps if not isinstance(s, StampStep) and s.is_upgrade]
+    if state.kind != "empty" or not upgrades:
+        return False
+    destination = set(upgrades[-1].to_revisions)
+    if destination & older:
+        raise _refuse(target, f"cannot upgrade an empty database to {', '.join(sorted(destination))}")
+    return True
+
+
+def run_env(context, target: Target, *, read_only: bool, configure: Callable) -> None:
+    """The body of ``migrations/env.py`` for a PostgreSQL target.
+
+    ``configure(connection, on_version_apply)`` calls ``context.configure`` with the
+    env's options. A mutating run takes the advisory lock, validates the plan (nothing
+    below the baseline), creates the baseline on an empty database, then lets Alembic
+    run the remaining steps, one transaction each.
+    """
+    from . import postgres
+
+    engine = postgres.create_engine(target, poolclass=sa.pool.NullPool)
+    try:
+        with postgres.pg_errors(target):
+            if read_only:
+                with engine.connect() as conn:
+                    classify(conn, target)
+                    conn.rollback()
+                    configure(conn, ())
+                    with context.begin_transaction():
+                        context.run_migrations()
+                return
+            with postgres.migration_lock(engine), engine.connect() as conn:
+                with conn.begin():
+                    postgres.check_server(conn, target)
+                    state = classify(conn, target)
+                heads = (state.revision,) if state.revision else ()
+                plan = context._proxy.context_opts.get("fn")
+                steps = list(plan(heads, None)) if plan is not None else []
+                if _check_plan(steps, state, target, context.script):
+                    with conn.begin():
+                        _baseline_module().create(conn)
+                        MigrationContext.configure(conn).stamp(context.script, BASELINE)
+                    _progress(context, BASELINE, "PostgreSQL baseline: the head schema of v30")
+                configure(conn, (record_schema_version,))
+                with context.begin_transaction():
+                    context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+def _progress(context, revision: str, description: str) -> None:
+    callback = context.config.attributes.get("progress")
+    if callback is not None:
+        callback(revision, description)
+
+
+def record_schema_version(ctx, step, heads, run_args) -> None:
+    """``schema_version`` follows each step, inside the step's transaction (as on SQLite)."""
+    conn = ctx.connection
+    if not sa.inspect(conn).has_table("schema_version"):
+        return
+    destination = step.destination_revision_ids
+    if not destination:
+        conn.exec_driver_sql("DELETE FROM schema_version")
+        return
+    version = int(destination[0]) if destination[0].isdigit() else None
+    if version is None:
+        return  # a branch revision (not an upstream schema version)
+    updated = conn.exec_driver_sql(
+        "UPDATE schema_version SET version = %(v)s", {"v": version}
+    ).rowcount
+    if not updated:
+        conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (%(v)s)", {"v": version})
+    callback = ctx.config.attributes.get("progress") if ctx.config is not None else None
+    if callback is not None and not step.is_stamp:
+        doc = (step.up_revision.doc or "").strip().splitlines()
+        callback(destination[0], doc[0] if doc else "")
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def include_name(name, type_, parent_names) -> bool:
+    """``migrate.include_name`` plus the PostgreSQL FTS objects (columns, indexes)."""
+    from . import migrate
+    from .fts import postgres as fts_postgres
+
+    if name is not None and type_ in ("column", "index") and fts_postgres.is_fts_object(name):
+        return False
+    return migrate.include_name(name, type_, parent_names)
+
+
+def _pk_nullability_rule(diff) -> bool:
+    """PostgreSQL makes every primary-key column NOT NULL; the metadata declares single
+    TEXT keys nullable for SQLite's sake (upstream's quirk, ``schema.py``). Not drift."""
+    from . import schema
+
+    if not isinstance(diff, list):
+        return False
+    for item in diff:
+        if item[0] != "modify_nullable":
+            return False
+        _, _schema, table, column, _info, _old, new = item
+        col = schema.metadata.tables.get(table, sa.Table("_", sa.MetaData())).c.get(column)
+        if col is None or not col.primary_key or new is not True:
+            return False
+    return True
+
+
+def check(target: Target):
+    """At head, and do the ordinary tables match ``hermes_store.schema``? (read-only)"""
+    from alembic.autogenerate import compare_metadata
+
+    from . import migrate
+    from .schema import metadata
+
+    state = inspect_database(target)
+    drift: list[str] = []
+    if state.kind == "alembic":
+        with _connection(target) as conn:
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            ctx = MigrationContext.configure(
+                conn, opts={"include_name": include_name, "compare_type": True}
+            )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*expression-based index")
+                diffs = compare_metadata(ctx, metadata)
+            drift = [migrate._describe(d) for d in diffs if not _pk_nullability_rule(d)]
+            conn.rollback()
+    return migrate.CheckResult(state.revision, migrate.head(), drift)
+
+
+__all__ = [
+    "BASELINE",
+    "DbState",
+    "check",
+    "classify",
+    "create_head",
+    "current",
+    "downgrade",
+    "ensure_schema",
+    "inspect_database",
+    "run_env",
+    "schema_version_of",
+    "stamp",
+    "upgrade",
+]

@@ -1,0 +1,197 @@
+"""The PostgreSQL search query layer (fts/query_pg.py) finds what FTS5 finds.
+
+Rows are inserted directly into a SQLite head and a PostgreSQL head; each query is
+sanitized and routed once (fts/query.py, shared), then run on SQLite through FTS5 MATCH /
+LIKE and on PostgreSQL through query_pg. Membership must be equal; ranking may differ.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from hermes_store import migrate, postgres, schema
+from hermes_store.engine import create_engine as sqlite_engine
+from hermes_store.fts import query as fq
+from hermes_store.fts import query_pg as pq
+from hermes_store.location import resolve
+
+M, S = schema.messages, schema.sessions
+
+SESSIONS = [("s", "cli", None), ("c", "cron", None), ("d", "cli", {"_delegate_from": "s"})]
+TOOL_BODY = "build log " + "x" * 8190 + " needlelate"
+ROWS = [
+    ("s", "user", "Deploy the docker build to production", {}),
+    ("s", "user", "docker-compose up failed with exit code 137", {}),
+    ("s", "assistant", "The build failed: missing snake_case_name in config", {}),
+    ("s", "user", "my-app.config.ts was updated; see P2.2 notes", {}),
+    ("s", "user", "Deploying dockerfiles is fun", {}),
+    ("s", "assistant", "How to fix the Docker build? Use BuildKit.", {}),
+    ("s", "tool", TOOL_BODY, {"tool_name": "shell"}),
+    ("s", "assistant", None, {"tool_calls": '[{"name": "grep_search", "args": {"q": "docker"}}]'}),
+    ("s", "user", "今天天气很好，我们去公园散步吧", {}),
+    ("s", "user", "修改youer服务端配置", {}),
+    ("s", "assistant", "数据库连接失败", {}),
+    ("c", "user", "docker cron job ran 天气很好", {}),
+    ("d", "user", "delegated docker work 服务端修改", {}),
+    ("s", "user", "and or not are words here", {}),
+    ("s", "user", "it's a user's \"quoted\" message", {}),
+    ("s", "user", "price is 3.14 dollars, version 1.2.3", {}),
+    ("s", "user", "exit codes and exit code 137 again", {}),
+    ("s", "user", "a\x00json:[{\"type\": \"text\", \"text\": \"docker image\"}]", {}),
+]
+QUERIES = [
+    "docker", "Docker build", '"docker build"', "dock*", "deploy*", "docker OR buildkit",
+    "docker NOT compose", "docker AND build NOT production", "build OR docker NOT compose",
+    "docker build OR exit code", "snake_case_name", "my-app.config.ts", "config", "P2.2",
+    "needlelate", "grep", "grep_search", "and or", "137", "3.14", "1.2.3", '"exit code"*',
+    '"exit cod"*', "天气很好", "服务端", "天气", "好", "修改youer", "youer", "it's", "user's",
+    '"quoted" message', "image", "json", "nothingmatchesthis", "docker -compose", "(docker)",
+    "build*  NOT  fail*",
+]
+
+
+def _fill(conn):
+    for session_id, source, config in SESSIONS:
+        conn.execute(S.insert().values(id=session_id, source=source, started_at=1.0,
+                                       model_config=json.dumps(config) if config else None))
+    for i, (session_id, role, content, extra) in enumerate(ROWS):
+        conn.execute(M.insert().values(session_id=session_id, role=role, content=content,
+                                       timestamp=float(i), **extra))
+
+
+# --------------------------------------------------------------------------- SQLite side
+
+
+def _sqlite_ids(conn, plan: fq.SearchPlan, window: int) -> set[int]:
+    def match(table, expression):
+        return set(conn.exec_driver_sql(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (expression,)).scalars())
+
+    if plan.route == fq.ROUTE_LIKE:
+        newest = conn.exec_driver_sql("SELECT max(id) FROM messages").scalar()
+        any_term = sa.or_(*(sa.or_(M.c.content.contains(t, autoescape=True),
+                                   M.c.tool_name.contains(t, autoescape=True),
+                                   M.c.tool_calls.contains(t, autoescape=True))
+                            for t in plan.like_terms))
+        return set(conn.execute(sa.select(M.c.id).where(M.c.id > newest - window, any_term))
+                   .scalars())
+    table = fq.TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else fq.FTS_TABLE
+    found = match(table, plan.match)
+    if not found and plan.retry_trigram:
+        found = match(fq.TRIGRAM_TABLE, plan.retry_trigram)
+    return found
+
+
+# --------------------------------------------------------------------------- PostgreSQL side
+
+
+def _pg_ids(conn, sanitized: str, plan: fq.SearchPlan, window: int) -> set[int]:
+    def run(condition):
+        if condition is None:
+            return set()
+        return set(conn.execute(sa.select(M.c.id).where(condition)).scalars())
+
+    if plan.route == fq.ROUTE_LIKE:
+        newest = sa.select(sa.func.max(M.c.id)).scalar_subquery()
+        return run(sa.and_(M.c.id > newest - window, pq.like_matches(M, plan.like_terms)))
+    if plan.route == fq.ROUTE_TRIGRAM:
+        return run(pq.trigram_matches(M, sanitized))
+    text = pq.tsquery_text(plan.match)
+    found = run(pq.matches(M, pq.tsquery(text))) if text else set()
+    if not found and plan.retry_trigram:
+        found = run(pq.trigram_matches(M, sanitized))
+    return found
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("search") / "state.db"
+    migrate.upgrade(path)
+    engine = sqlite_engine(path)
+    with engine.begin() as conn:
+        _fill(conn)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_store(pg_url):
+    engine = postgres.create_engine(resolve(pg_url), poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        _fill(conn)
+    yield engine
+    engine.dispose()
+
+
+def test_every_query_finds_the_same_messages_on_both_engines(sqlite_store, pg_store):
+    differences = []
+    found_any = 0
+    with sqlite_store.connect() as lite, pg_store.connect() as pg:
+        indexes = fq.available_indexes(lite)
+        assert pq.available_indexes(pg) == indexes == {fq.FTS_TABLE, fq.TRIGRAM_TABLE}
+        for query in QUERIES:
+            sanitized = fq.sanitize_fts5_query(query)
+            plan = fq.plan_search(sanitized, indexes)
+            if plan is None:
+                continue
+            want = _sqlite_ids(lite, plan, window=1000)
+            got = _pg_ids(pg, sanitized, plan, window=1000)
+            found_any += bool(want)
+            if want != got:
+                differences.append(f"{query!r} ({plan.route}, {plan.match!r}): "
+                                   f"SQLite {sorted(want)} PostgreSQL {sorted(got)}")
+    assert differences == []
+    assert found_any >= 30  # the corpus exercises the queries
+
+
+def test_short_cjk_queries_scan_the_same_bounded_window(sqlite_store, pg_store):
+    plan = fq.plan_search(fq.sanitize_fts5_query("天气"), {fq.FTS_TABLE, fq.TRIGRAM_TABLE})
+    assert plan.route == fq.ROUTE_LIKE
+    with sqlite_store.connect() as lite, pg_store.connect() as pg:
+        for window in (1, 7, 8, 1000):
+            assert _pg_ids(pg, "天气", plan, window) == _sqlite_ids(lite, plan, window)
+        assert _pg_ids(pg, "天气", plan, 7) == {12}  # only the newest 7 ids are read
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("docker", "'docker'"),
+    ("Docker build", "('Docker' & 'build')"),
+    ('"docker build"', "(('docker' <-> 'build'))"),
+    ("dock*", "('dock':*)"),
+    ('"exit code"*', "(('exit' <-> 'code':*))"),
+    ("docker OR build NOT compose", "('docker') | ('build' & !'compose')"),
+    ("a NOT b NOT c", "('a' & !'b' & !'c')"),
+    ("snake_case_name", "(('snake' <-> 'case' <-> 'name'))"),
+    ("it's", "('it' & 's')"),  # the sanitizer makes the quote a space: two terms
+    ("x and or y", "('x' & 'and' & 'or' & 'y')"),  # lower-case operators are words to FTS5
+])
+def test_tsquery_text_follows_fts5_grammar(query, expected):
+    text = pq.tsquery_text(fq.sanitize_fts5_query(query))
+    assert text.replace("(", "").replace(")", "") == expected.replace("(", "").replace(")", "")
+
+
+def test_nothing_searchable_gives_no_tsquery():
+    assert pq.tsquery_text("") is None
+    assert pq.tsquery_text('"--"') is None
+
+
+def test_snippets_mark_the_matched_words(pg_store):
+    query = pq.tsquery(pq.tsquery_text(fq.sanitize_fts5_query("docker build")))
+    with pg_store.connect() as conn:
+        rows = conn.execute(sa.select(M.c.id, pq.snippet(M, query).label("snippet"),
+                                      pq.rank(M, query).label("rank"))
+                            .where(pq.matches(M, query)).order_by("rank", M.c.id)).all()
+    assert [r.id for r in rows] and all(">>>" in r.snippet and "<<<" in r.snippet for r in rows)
+    first = rows[0].snippet
+    assert ">>>docker<<<" in first.lower() and ">>>build<<<" in first.lower()
+    assert all(r.rank <= 0 for r in rows) and rows == sorted(rows, key=lambda r: (r.rank, r.id))
+
+
+def test_a_snippet_reads_the_stored_text_back_unescaped(pg_store):
+    query = pq.tsquery(pq.tsquery_text("image"))
+    with pg_store.connect() as conn:
+        snippet = conn.execute(sa.select(pq.snippet(M, query)).where(pq.matches(M, query))).scalar()
+    assert "\x00json:" in snippet and ">>>image<<<" in snippet
