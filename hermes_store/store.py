@@ -26,7 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from . import schema
-from .engine import RetryPolicy, WriteUnits, create_engine, probe_database
+from .engine import HeldConnections, RetryPolicy, WriteUnits, create_engine, probe_database
 from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
@@ -154,6 +154,7 @@ class SessionDB(
         self._snapshots = threading.local()
         self._engine = engine
         self._units = WriteUnits(engine, retry, label=path)
+        self._readers = HeldConnections(engine)
 
     def close(self) -> None:
         """Checkpoint (PASSIVE: never waits for, or disturbs, other processes) and
@@ -162,13 +163,16 @@ class SessionDB(
         engine, units = self._engine, self._units
         if engine is None:
             return
-        self._engine = None
-        self._units = None
         try:
-            if not self.read_only and units is not None:
-                units.checkpoint("PASSIVE")
+            self._release_connections()  # every thread's held connections
         finally:
-            engine.dispose()
+            self._engine = None
+            self._units = None
+            try:
+                if not self.read_only and units is not None:
+                    units.checkpoint("PASSIVE")
+            finally:
+                engine.dispose()
 
     @property
     def closed(self) -> bool:

@@ -55,16 +55,22 @@ _CJK_RANGES = (
 )
 
 
+# the same ranges as one character class: a search tests every query several times
+_CJK_CHAR = re.compile(
+    "[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]"
+)
+
+
 def is_cjk_codepoint(cp: int) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
 def contains_cjk(text: str) -> bool:
-    return any(is_cjk_codepoint(ord(ch)) for ch in text)
+    return _CJK_CHAR.search(text) is not None
 
 
 def count_cjk(text: str) -> int:
-    return sum(1 for ch in text if is_cjk_codepoint(ord(ch)))
+    return len(_CJK_CHAR.findall(text))
 
 
 # --------------------------------------------------------------------------- sanitizer
@@ -322,14 +328,16 @@ def plan_search(sanitized: str, indexes: Iterable[str]) -> SearchPlan | None:
 # --------------------------------------------------------------------------- SQL pieces
 
 
-_PRESENT_INDEXES = sa.text(
+#: which of the two FTS5 tables the open file has (run with ``PRESENT_INDEXES_VALUES``)
+PRESENT_INDEXES = sa.text(
     "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"
 )
+PRESENT_INDEXES_VALUES = {"a": FTS_TABLE, "b": TRIGRAM_TABLE}
 
 
 def available_indexes(conn: sa.Connection) -> frozenset[str]:
     """The FTS5 tables of the open file that search can use."""
-    rows = conn.execute(_PRESENT_INDEXES, {"a": FTS_TABLE, "b": TRIGRAM_TABLE})
+    rows = conn.execute(PRESENT_INDEXES, PRESENT_INDEXES_VALUES)
     return frozenset(name for (name,) in rows)
 
 
@@ -371,6 +379,8 @@ def like_snippet(content: sa.ColumnElement,
 
 __all__ = [
     "FTS_OPERATORS",
+    "PRESENT_INDEXES",
+    "PRESENT_INDEXES_VALUES",
     "MAX_FTS5_QUERY_CHARS",
     "ROUTE_FTS",
     "ROUTE_LIKE",
