@@ -55,10 +55,8 @@ _CJK_RANGES = (
 )
 
 
-# the same ranges as one character class: a search tests every query several times
-_CJK_CHAR = re.compile(
-    "[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]"
-)
+#: every CJK range starts at or above this character
+_CJK_FLOOR = chr(min(lo for lo, _ in _CJK_RANGES))
 
 
 def is_cjk_codepoint(cp: int) -> bool:
@@ -66,11 +64,17 @@ def is_cjk_codepoint(cp: int) -> bool:
 
 
 def contains_cjk(text: str) -> bool:
-    return _CJK_CHAR.search(text) is not None
+    # a search tests its query several times: text below every range (most queries)
+    # is answered by one C-level max() instead of a test per character
+    if not text or max(text) < _CJK_FLOOR:
+        return False
+    return any(is_cjk_codepoint(ord(ch)) for ch in text)
 
 
 def count_cjk(text: str) -> int:
-    return len(_CJK_CHAR.findall(text))
+    if not text or max(text) < _CJK_FLOOR:
+        return 0
+    return sum(1 for ch in text if is_cjk_codepoint(ord(ch)))
 
 
 # --------------------------------------------------------------------------- sanitizer
@@ -103,7 +107,9 @@ _LEX = re.compile(
     # Unicode spaces (U+3000, NBSP, ...) are bareword characters to FTS5, but str.strip()
     # removes them at the ends, so they must not count as a term here
     r"|(?P<space>\s+)"
-    r"|(?P<word>(?:(?!\s)[A-Za-z0-9_\u0080-\U0010ffff])+)"
+    # [A-Za-z0-9_] and every non-ASCII character, spelled as the ASCII it excludes (a
+    # class spanning all of Unicode takes milliseconds to compile at every start)
+    r"|(?P<word>(?:(?!\s)[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f])+)"
     r"|(?P<star>\*)"
     r"|(?P<other>.)",
     re.DOTALL,
