@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
 from _common import Samples, human, interleaved, log, main_for  # noqa: E402
-from _floor import Floor, Recorder, engine_of  # noqa: E402
+from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 from _workload import Generator  # noqa: E402
 
 NAME = "read"
@@ -112,8 +112,7 @@ def measure(report, args, ours, floor, up, cases, iterations, *, case_suffix="",
         report.add(NAME, case + case_suffix, "p50", "µs" if targets else "ms",
                    g("ours"), g("floor"), g("upstream"), target=target, met=met,
                    rows_ours=_size(ours_out), rows_upstream=_size(up_out),
-                   statements=sum(1 for k, s, _ in call
-                                  if k == "exec" and not s.lstrip().upper().startswith("BEGIN")),
+                   statements=statements(call),
                    summaries=res)
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
 from _common import Samples, human, interleaved, log, main_for  # noqa: E402
-from _floor import Floor, Recorder, engine_of  # noqa: E402
+from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 
 NAME = "search"
 ITERATIONS = 5
@@ -111,7 +111,7 @@ def run(args, report) -> None:
             report.add(NAME, case, "p50", "ms", o, g("floor", "p50"), u, target=target, met=met,
                        hits_ours=len(ours_hits), hits_upstream=None if up_hits is None else len(up_hits),
                        work_kinstr_floor=floor_ticks, work_kinstr_upstream=up_ticks,
-                       statements=sum(1 for k, s, _ in call if k == "exec" and not s.lstrip().upper().startswith("BEGIN")),
+                       statements=statements(call),
                        summaries=res)
             report.add(NAME, case, "p95", "ms", g("ours", "p95"), g("floor", "p95"), g("upstream", "p95"))
             report.add(NAME, case, "work", "k VM instr.", float(floor_ticks), None,

@@ -19,6 +19,7 @@ checked out for a store's lifetime, so a call pays neither a pool checkout nor a
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -29,7 +30,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -129,14 +130,59 @@ def create_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        if mode is not None:
-            if uses_driver(conn.dialect):
-                driver_execute(conn, f"BEGIN {mode}", ())
-            else:
-                conn.exec_driver_sql(f"BEGIN {mode}")
+        statement = begin_statement(conn)
+        if statement is None:
+            return
+        if not uses_driver(conn.dialect):
+            conn.exec_driver_sql(statement)
+        elif not conn.connection.dbapi_connection.in_transaction:
+            driver_execute(conn, statement, ())
+        # else: a transaction begun on the driver (``transaction``), which a Core
+        # statement has now joined: SQLAlchemy only takes note of it
 
     return engine
+
+
+def begin_statement(conn: sa.Connection) -> str | None:
+    """The BEGIN that starts a transaction on ``conn``, from its ``hermes_begin``
+    execution option (None: none at all). The one place that picks the mode, for the
+    begin hook and for ``transaction`` alike."""
+    mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+    return None if mode is None else f"BEGIN {mode}"
+
+
+@contextlib.contextmanager
+def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
+    """One transaction on a held connection: a write unit (``writer`` connections:
+    ``BEGIN IMMEDIATE``) or a read snapshot (``BEGIN DEFERRED``). Commits when the block
+    ends, rolls back when it raises.
+
+    On pysqlite BEGIN and COMMIT go through the driver: SQLAlchemy's transaction
+    bookkeeping and event dispatch around them cost more than the statements. A Core
+    statement run inside still works: SQLAlchemy begins its own transaction object, the
+    begin hook sees that the driver is already in one and emits nothing, and the
+    transaction then ends through SQLAlchemy. Other dialects use ``conn.begin()``.
+    """
+    if not uses_driver(conn.dialect):
+        with conn.begin():
+            yield conn
+        return
+    statement = begin_statement(conn)
+    if statement is not None:
+        driver_execute(conn, statement, ())
+    try:
+        yield conn
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
+    try:
+        if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
+            conn.commit()
+        elif statement is not None:
+            driver_execute(conn, "COMMIT", ())
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
 
 
 # --------------------------------------------------------------------------- the driver door
@@ -398,14 +444,14 @@ class WriteUnits:
         with self._lock:
             for attempt in range(1, policy.attempts + 1):
                 try:
-                    with conn.begin():  # the begin hook: BEGIN IMMEDIATE
+                    with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
                         self._local.conn = conn
                         try:
                             result = fn(conn)
                         finally:
                             self._local.conn = None
                 except BaseException as exc:
-                    _end_failed_transaction(conn)
+                    end_failed_transaction(conn)
                     if not isinstance(exc, sa.exc.DatabaseError):
                         raise
                     if not (isinstance(exc, sa.exc.OperationalError) and is_busy_error(exc)):
@@ -443,7 +489,7 @@ class WriteUnits:
             return None
 
 
-def _end_failed_transaction(conn: sa.Connection) -> None:
+def end_failed_transaction(conn: sa.Connection) -> None:
     """Leave a held connection outside any transaction after a unit failed (a failed
     COMMIT can leave SQLAlchemy's or SQLite's transaction open), so the next unit can
     BEGIN on it."""

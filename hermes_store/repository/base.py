@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..engine import HeldConnections, WriteUnits, translate_error
+from ..engine import HeldConnections, WriteUnits, transaction, translate_error
 from ..errors import StoreClosedError, StoreReadOnlyError
 from .prebuilt import Prebuilt
 
@@ -84,7 +84,7 @@ class RepositoryBase:
             self._snapshots = threading.local()
         conn = self._reader()
         try:
-            with conn.begin():
+            with transaction(conn):  # BEGIN DEFERRED
                 self._snapshots.conn = conn
                 try:
                     yield conn
