@@ -211,9 +211,9 @@ def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = F
     single statement, outside any transaction).
     """
     dbapi_conn = conn.connection.dbapi_connection
-    observed = conn._has_events or conn.engine._has_events
+    dispatch = conn.dispatch
     try:
-        if observed:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
             cursor = dbapi_conn.cursor()
             for fn in conn.dispatch.before_cursor_execute:
                 fn(conn, cursor, sql, params, None, many)

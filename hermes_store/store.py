@@ -216,8 +216,10 @@ def _guarded(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         self._require_open()
-        args = tuple(_scrub_argument(a) for a in args)
-        kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
+        if args:
+            args = tuple(map(_scrub_argument, args))
+        if kwargs:
+            kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
         return method(self, *args, **kwargs)
 
     return call
