@@ -49,8 +49,10 @@ class Prebuilt:
         self.column_keys = list(column_keys) if column_keys is not None else None
         selected = getattr(statement, "selected_columns", None)
         self.keys: tuple[str, ...] = tuple(selected.keys()) if selected is not None else ()
-        # per dialect instance (one per engine), dropped with it
+        # per dialect instance (one per engine, dropped with it), filled from the forms
+        # per dialect configuration: a process opening many stores compiles once
         self._forms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._forms_by_config: dict = {}
 
     # ------------------------------------------------------------------ compiling
 
@@ -81,7 +83,12 @@ class Prebuilt:
     def _form(self, dialect):
         form = self._forms.get(dialect, _NOT_COMPILED)
         if form is _NOT_COMPILED:
-            form = self._forms[dialect] = self._driver_form(dialect)
+            key = (type(dialect), dialect.paramstyle, dialect.server_version_info,
+                   uses_driver(dialect))
+            form = self._forms_by_config.get(key, _NOT_COMPILED)
+            if form is _NOT_COMPILED:
+                form = self._forms_by_config[key] = self._driver_form(dialect)
+            self._forms[dialect] = form
         return form
 
     # ------------------------------------------------------------------ running
