@@ -127,6 +127,11 @@ _RESUME_NEXT = (
 )
 
 
+def finish_rich_row(row) -> dict[str, Any]:
+    """A listing row (an SQLAlchemy Row) with ``preview`` built from the raw cut."""
+    return _finish_rich(row_dict(row))
+
+
 def _finish_rich_rows(keys, rows) -> list[dict[str, Any]]:
     return [_finish_rich(dict(zip(keys, row))) for row in rows]
 
