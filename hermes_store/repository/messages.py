@@ -407,10 +407,12 @@ def _is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
 
 
 def _conversation_entry(row) -> dict:
-    """One replay message from a row of ``_CONVERSATION_COLUMNS`` (in that order)."""
+    """One replay message from a row ending with ``_CONVERSATION_COLUMNS`` (in that
+    order; a query may select columns of its own before them, such as the session id)."""
     (role, content, tool_call_id, tool_calls, tool_name, effect_disposition, finish_reason,
      reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
-     codex_message_items, platform_message_id, observed, timestamp, api_content) = row
+     codex_message_items, platform_message_id, observed, timestamp,
+     api_content) = row[len(row) - len(_CONVERSATION_COLUMNS):]
     content = decode_content(content)
     if role in ("user", "assistant") and isinstance(content, str):
         content = strip_memory_context(content).strip()
