@@ -1,8 +1,8 @@
 """The raw ``sqlite3`` floor: exactly the SQL our code sends, without our code.
 
 A ``Recorder`` listens on our ``SessionDB``'s engine and records, per API call, every
-statement with its bound parameters (``BEGIN IMMEDIATE`` from the begin hook included)
-and every COMMIT/ROLLBACK. ``Floor.replay`` then runs those recordings on a plain
+statement with its bound parameters (``BEGIN``/``COMMIT`` sent through the driver
+included) and every COMMIT/ROLLBACK SQLAlchemy issues. ``Floor.replay`` then runs those recordings on a plain
 ``sqlite3`` connection with the same durability settings (WAL, ``synchronous=FULL``,
 foreign keys on, 1 s busy timeout) against a head file built by our migrations, so it
 fires the same triggers. The difference between the two is what SQLAlchemy and our
@@ -68,7 +68,9 @@ def engine_of(db):
 
 
 def statements(call: Call) -> int:
-    return sum(1 for kind, stmt, _ in call if kind in ("exec", "many") and not stmt.lstrip().upper().startswith(("BEGIN", "PRAGMA")))
+    """Statements of a recorded call, transaction control and pragmas left out."""
+    return sum(1 for kind, stmt, _ in call if kind in ("exec", "many")
+               and not stmt.lstrip().upper().startswith(("BEGIN", "PRAGMA", "COMMIT", "ROLLBACK")))
 
 
 class Floor:

@@ -13,7 +13,9 @@ Each round imports 5 new sessions of 2,000 messages (10k messages, upstream
 * upstream  — ``SessionDB.import_sessions(list)`` of 0.19.0 with the same payload.
 
 The per-call rate is ``append_message`` one message per call on the same store, same
-run. Target: batch ≥ 10× per-call (for the import and for ``append_messages``).
+run. Target (issue 12): the import and ``append_messages`` ≥ 0.9× their raw floor (the
+earlier ≥ 10× per-call target is withdrawn: with both indexes kept by triggers the
+floor itself is ~4× per-call). Throughputs: above 1.0× is faster.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from _floor import Floor, Recorder, engine_of  # noqa: E402
 from _workload import Generator  # noqa: E402
 
 NAME = "batch"
+FLOOR_SHARE = 0.9
 STORE_SIZE = 10_000
 SESSIONS_PER_BATCH = 5
 MESSAGES_PER_SESSION = 2_000
@@ -150,17 +153,18 @@ def run(args, report) -> None:
     per_call = med["per-call"]
     case = f"import 5×2000 messages into the {human(STORE_SIZE)} store"
     report.add(NAME, case, "messages/s", "msg/s", med["ours"], med["floor"], med["upstream"],
-               target="≥ 10× per-call", met=med["ours"] >= 10 * per_call, rates=rates)
-    report.add(NAME, "ours batch ÷ ours per-call", "speed-up", "×", med["ours"] / per_call,
-               target="≥ 10", met=med["ours"] / per_call >= 10)
+               target=f"≥ {FLOOR_SHARE:g}× floor", met=med["ours"] >= FLOOR_SHARE * med["floor"],
+               rates=rates)
+    report.add(NAME, "ours batch ÷ ours per-call", "speed-up", "×", med["ours"] / per_call)
     report.add(NAME, "append_message per call (same store)", "messages/s", "msg/s", per_call)
     for m in extra_paths:
         report.add(NAME, f"SessionDB.{m}, 5×2000 messages", "messages/s", "msg/s",
                    med[f"ours {m}"], med[f"floor {m}"],
-                   med["upstream"] if m == "import_sessions" else None)
+                   med["upstream"] if m == "import_sessions" else None,
+                   target=f"≥ {FLOOR_SHARE:g}× floor",
+                   met=med[f"ours {m}"] >= FLOOR_SHARE * med[f"floor {m}"])
         report.add(NAME, f"ours {m} ÷ ours per-call", "speed-up", "×",
-                   med[f"ours {m}"] / per_call, target="≥ 10",
-                   met=med[f"ours {m}"] / per_call >= 10)
+                   med[f"ours {m}"] / per_call)
     ours.close()
     capture.close()
     floor.close()

@@ -27,7 +27,7 @@ from _common import RESULTS, Row, add_arguments, format_markdown, format_rows, m
 
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
-ORDER = ("size", "append", "batch", "search", "read", "export", "adoption")
+ORDER = ("size", "append", "batch", "search", "read", "coldstart", "export", "adoption")
 
 
 def main(argv=None) -> int:

@@ -10,20 +10,27 @@ per unit through the ``hermes_begin`` execution option:
 * ``"DEFERRED"`` (the default) for reads;
 * ``None`` for maintenance that must run outside a transaction (checkpoints, VACUUM).
 
-Everything SQLite-specific about connections (pragmas, journal mode) lives here.
+Everything SQLite-specific about connections (pragmas, journal mode) lives here, and so
+does the one door past Core: ``driver_execute`` sends a compiled statement straight to
+the pysqlite connection (``uses_driver`` says for which dialects), keeping SQLAlchemy's
+cursor events and exception types. ``HeldConnections`` keeps one connection per thread
+checked out for a store's lifetime, so a call pays neither a pool checkout nor a reset.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
 import random
 import sqlite3
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -90,6 +97,10 @@ def create_engine(
     kwargs = {}
     if poolclass is not None:
         kwargs["poolclass"] = poolclass
+    else:
+        # A store holds one or two connections per thread (HeldConnections): never make
+        # a thread wait for the pool to hand one out.
+        kwargs["max_overflow"] = -1
     engine = sa.create_engine(
         sqlite_url(path, read_only=read_only),
         connect_args={"timeout": busy_timeout, "check_same_thread": False},
@@ -119,11 +130,194 @@ def create_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        if mode is not None:
-            conn.exec_driver_sql(f"BEGIN {mode}")
+        statement = begin_statement(conn)
+        if statement is None:
+            return
+        if not uses_driver(conn.dialect):
+            conn.exec_driver_sql(statement)
+        elif not conn.connection.dbapi_connection.in_transaction:
+            driver_execute(conn, statement, ())
+        # else: a transaction begun on the driver (``transaction``), which a Core
+        # statement has now joined: SQLAlchemy only takes note of it
 
     return engine
+
+
+def begin_statement(conn: sa.Connection) -> str | None:
+    """The BEGIN that starts a transaction on ``conn``, from its ``hermes_begin``
+    execution option (None: none at all). The one place that picks the mode, for the
+    begin hook and for ``transaction`` alike."""
+    mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+    return None if mode is None else f"BEGIN {mode}"
+
+
+@contextlib.contextmanager
+def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
+    """One transaction on a held connection: a write unit (``writer`` connections:
+    ``BEGIN IMMEDIATE``) or a read snapshot (``BEGIN DEFERRED``). Commits when the block
+    ends, rolls back when it raises.
+
+    On pysqlite BEGIN and COMMIT go through the driver: SQLAlchemy's transaction
+    bookkeeping and event dispatch around them cost more than the statements. A Core
+    statement run inside still works: SQLAlchemy begins its own transaction object, the
+    begin hook sees that the driver is already in one and emits nothing, and the
+    transaction then ends through SQLAlchemy. Other dialects use ``conn.begin()``.
+    """
+    if not uses_driver(conn.dialect):
+        with conn.begin():
+            yield conn
+        return
+    statement = begin_statement(conn)
+    if statement is not None:
+        driver_execute(conn, statement, ())
+    try:
+        yield conn
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
+    try:
+        if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
+            conn.commit()
+        elif statement is not None:
+            driver_execute(conn, "COMMIT", ())
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
+
+
+# --------------------------------------------------------------------------- the driver door
+
+#: (dialect name, driver) pairs whose statements may go straight to the DBAPI connection.
+#: pysqlite only: a compiled statement's positional parameters are what sqlite3 takes,
+#: and its errors are sqlite3's. Every other dialect (PostgreSQL) runs the same
+#: statements through Core; tests empty this set to exercise that path on SQLite.
+DRIVER_DIALECTS = frozenset({("sqlite", "pysqlite")})
+
+
+def uses_driver(dialect) -> bool:
+    """Whether ``driver_execute`` may be used on connections of this dialect."""
+    return (dialect.name, dialect.driver) in DRIVER_DIALECTS
+
+
+def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False):
+    """Run SQL text on the connection's DBAPI connection; returns the DBAPI cursor.
+
+    ``Connection.exec_driver_sql`` costs ~10 µs per statement on top of SQLite; this
+    costs well under one, and keeps what callers rely on: ``before_cursor_execute`` /
+    ``after_cursor_execute`` listeners still see every statement, and a driver error is
+    raised as SQLAlchemy's exception type (``OperationalError``…, ``.orig`` the sqlite3
+    error), so busy retries and ``translate_error`` work unchanged. The connection's
+    transaction is SQLAlchemy's: the caller runs this inside ``conn.begin()`` (or, for a
+    single statement, outside any transaction).
+    """
+    dbapi_conn = conn.connection.dbapi_connection
+    dispatch = conn.dispatch
+    try:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            cursor = dbapi_conn.cursor()
+            for fn in conn.dispatch.before_cursor_execute:
+                fn(conn, cursor, sql, params, None, many)
+            if many:
+                cursor.executemany(sql, params)
+            else:
+                cursor.execute(sql, params)
+            for fn in conn.dispatch.after_cursor_execute:
+                fn(conn, cursor, sql, params, None, many)
+            return cursor
+        if many:
+            return dbapi_conn.executemany(sql, params)
+        return dbapi_conn.execute(sql, params)
+    except sqlite3.Error as exc:
+        raise sa.exc.DBAPIError.instance(
+            sql, params, exc, sqlite3.Error, dialect=conn.dialect, ismulti=many
+        ) from exc
+
+
+# --------------------------------------------------------------------------- held connections
+
+class _Slot:
+    """A thread's entry in a ``HeldConnections``; dropped with the thread's locals."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+
+class HeldConnections:
+    """One connection per thread, checked out of the engine once and kept.
+
+    A checkout, a reset and a check-in per call cost more than a small read, so each
+    thread keeps its own connection (threads never share one, so never a transaction).
+    Connections come from the engine, so the connect hook's pragmas apply. Every held
+    connection is in a registry: ``close()`` releases all of them, whatever thread holds
+    them, and a thread that ends releases its own (its locals are dropped, which fires a
+    finalizer), so short-lived threads do not leak connections.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._local = threading.local()
+        # key -> connection / finalizer: plain dicts the finalizers reach without `self`
+        self._held: dict[int, sa.Connection] = {}
+        self._finalizers: dict[int, weakref.finalize] = {}
+        self._keys = itertools.count()
+        # reentrant: a finalizer may fire (garbage collection) while this thread holds it
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def get(self) -> sa.Connection:
+        """This thread's connection (checked out on first use)."""
+        slot = getattr(self._local, "slot", None)
+        if slot is not None:
+            return slot.conn
+        return self._hold()
+
+    def _hold(self) -> sa.Connection:
+        from .errors import StoreClosedError
+
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(self._engine.url.database)
+            conn = self._engine.connect()
+            slot, key = _Slot(conn), next(self._keys)
+            self._held[key] = conn
+            self._finalizers[key] = weakref.finalize(
+                slot, _release_held, self._held, self._finalizers, self._lock, key
+            )
+            self._local.slot = slot
+        return conn
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def close(self) -> None:
+        """Release every thread's connection; ``get`` raises ``StoreClosedError`` after."""
+        with self._lock:
+            self._closed = True
+            held = list(self._held.values())
+            finalizers = list(self._finalizers.values())
+            self._held.clear()
+            self._finalizers.clear()
+        for fin in finalizers:
+            fin.detach()
+        for conn in held:
+            _close_quietly(conn)
+
+
+def _release_held(held: dict, finalizers: dict, lock, key: int) -> None:
+    with lock:
+        conn = held.pop(key, None)
+        finalizers.pop(key, None)
+    if conn is not None:
+        _close_quietly(conn)
+
+
+def _close_quietly(conn: sa.Connection) -> None:
+    try:
+        conn.close()
+    except Exception as exc:  # a connection of a thread that died mid-call
+        log.debug("closing a held connection failed: %s", exc)
 
 
 def writer(engine: Engine) -> Engine:
@@ -220,11 +414,12 @@ class WriteUnits:
 
     A unit is retried only when it failed *before* its COMMIT returned, so a unit that
     committed is never applied twice. One unit at a time per instance: threads of one
-    process queue on a lock instead of spinning in SQLite's busy handler.
+    process queue on a lock instead of spinning in SQLite's busy handler. Each thread
+    runs its units on its own held writer connection (``HeldConnections``).
     """
 
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object) -> None:
-        self._writer = writer(engine)
+        self._writers = HeldConnections(writer(engine))
         self._maintenance = autocommit(engine)
         self.policy = policy
         self.label = label
@@ -247,36 +442,40 @@ class WriteUnits:
             # connection would wait for the lock this thread already holds.
             return fn(joined)
         policy = self.policy
+        conn = self._writers.get()
         with self._lock:
             for attempt in range(1, policy.attempts + 1):
                 try:
-                    with self._writer.begin() as conn:
+                    with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
                         self._local.conn = conn
                         try:
                             result = fn(conn)
                         finally:
                             self._local.conn = None
-                except sa.exc.OperationalError as exc:
-                    if is_busy_error(exc):
-                        if attempt == policy.attempts:
-                            raise StoreBusyError(self.label, attempt, exc.orig) from exc
-                        self.retries += 1
-                        time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
-                        continue
-                    mapped = translate_error(exc, self.label)
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
-                except sa.exc.DatabaseError as exc:
-                    mapped = translate_error(exc, self.label)
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
+                except BaseException as exc:
+                    end_failed_transaction(conn)
+                    if not isinstance(exc, sa.exc.DatabaseError):
+                        raise
+                    if not (isinstance(exc, sa.exc.OperationalError) and is_busy_error(exc)):
+                        mapped = translate_error(exc, self.label)
+                        if mapped is not None:
+                            raise mapped from exc
+                        raise
+                    if attempt == policy.attempts:
+                        raise StoreBusyError(self.label, attempt, exc.orig) from exc
+                    self.retries += 1
+                    time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
+                    continue
                 self.committed += 1
                 if policy.checkpoint_every and self.committed % policy.checkpoint_every == 0:
                     self.checkpoint()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        """Release every thread's writer connection, once a running unit has finished."""
+        with self._lock:
+            self._writers.close()
 
     def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
         """Copy WAL frames back into the database without waiting for readers.
@@ -290,6 +489,20 @@ class WriteUnits:
         except sa.exc.DBAPIError as exc:
             log.warning("WAL checkpoint (%s) of %s failed: %s", mode, self.label, exc)
             return None
+
+
+def end_failed_transaction(conn: sa.Connection) -> None:
+    """Leave a held connection outside any transaction after a unit failed (a failed
+    COMMIT can leave SQLAlchemy's or SQLite's transaction open), so the next unit can
+    BEGIN on it."""
+    try:
+        if conn.in_transaction():
+            conn.rollback()
+        dbapi_conn = conn.connection.dbapi_connection
+        if getattr(dbapi_conn, "in_transaction", False):
+            dbapi_conn.rollback()
+    except Exception as exc:
+        log.warning("rolling back a failed write unit did not complete: %s", exc)
 
 
 def vacuum(engine: Engine, label: object) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import logging
 import os
 import re
@@ -53,21 +52,10 @@ from sqlalchemy.pool import StaticPool
 
 from . import errors, location
 from .engine import translate_error
-
-def _migrations_dir() -> Path:
-    # `migrations/` at the repository root installs as the subpackage
-    # `hermes_store.migrations` (pyproject's package-dir); find_spec locates it the same
-    # way in a wheel and in an editable checkout, without importing env.py.
-    spec = importlib.util.find_spec("hermes_store.migrations")
-    if spec is None or not spec.submodule_search_locations:
-        raise errors.HermesStoreError(
-            "hermes_store.migrations is missing from this installation; reinstall hermes_store"
-        )
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
-
+from .revisions import migrations_dir
 
 #: the packaged Alembic scripts (env.py, versions/)
-MIGRATIONS_DIR = _migrations_dir()
+MIGRATIONS_DIR = migrations_dir()
 
 #: ``progress(revision, description)`` is called after each applied step
 Progress = Callable[[str, str], None]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from . import schema
-from .engine import RetryPolicy, WriteUnits, create_engine
+from . import revisions, schema
+from .engine import HeldConnections, RetryPolicy, WriteUnits, create_engine
 from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
@@ -99,6 +99,8 @@ def _make_private(path: Path) -> None:
 
 def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
     """Bring the file to head, or raise the error that says what to run."""
+    if revisions.stamped_at_head(path):
+        return  # the usual open: answered without importing Alembic
     from . import migrate
 
     head = migrate.head()
@@ -171,6 +173,7 @@ class SessionDB(
         self._snapshots = threading.local()
         self._engine = engine
         self._units = WriteUnits(engine, retry, label=path)
+        self._readers = HeldConnections(engine)
 
     def close(self) -> None:
         """Checkpoint (PASSIVE: never waits for, or disturbs, other processes) and
@@ -179,13 +182,16 @@ class SessionDB(
         engine, units = self._engine, self._units
         if engine is None:
             return
-        self._engine = None
-        self._units = None
         try:
-            if not self.read_only and units is not None:
-                units.checkpoint("PASSIVE")
+            self._release_connections()  # every thread's held connections
         finally:
-            engine.dispose()
+            self._engine = None
+            self._units = None
+            try:
+                if not self.read_only and units is not None:
+                    units.checkpoint("PASSIVE")
+            finally:
+                engine.dispose()
 
     @property
     def closed(self) -> bool:
@@ -227,8 +233,10 @@ def _guarded(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         self._require_open()
-        args = tuple(_scrub_argument(a) for a in args)
-        kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
+        if args:
+            args = tuple(map(_scrub_argument, args))
+        if kwargs:
+            kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
         return method(self, *args, **kwargs)
 
     return call

@@ -7,10 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
-import sqlalchemy as sa
 import typer
 
-from .. import schema
 from ..errors import RECOVER_HINT
 from .common import JsonOption, open_store, out, require_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
@@ -27,6 +25,7 @@ def _wal_bytes(path: Path) -> int:
 
 
 def _read_engine(path: Path):
+    import sqlalchemy as sa
     from ..engine import create_engine
 
     return create_engine(path, read_only=True, journal_mode=None, poolclass=sa.pool.NullPool)
@@ -36,8 +35,9 @@ def _read_engine(path: Path):
 
 def store_status(path: Path) -> dict:
     """What ``hermes-store status`` shows; read-only (a missing file is reported, not made)."""
-    from .. import migrate
+    import sqlalchemy as sa
 
+    from .. import migrate, schema
     from ..recovery import journal_mode
 
     info = {
@@ -89,6 +89,8 @@ def _counter_mismatches(conn) -> list[tuple[str, int | None, int]]:
     """Sessions whose ``message_count`` matches none of the counts the repository can
     leave there: all rows (rewind keeps them counted), active rows, or rows not archived
     by compaction. Returns (id, stored, expected) with expected = not-archived rows."""
+    import sqlalchemy as sa
+    from .. import schema
     S, M = schema.sessions, schema.messages
     archived = sa.and_(M.c.active == 0, M.c.compacted == 1)
     counts = (
@@ -115,6 +117,8 @@ def _counter_mismatches(conn) -> list[tuple[str, int | None, int]]:
 
 
 def _orphans(conn) -> dict[str, int]:
+    import sqlalchemy as sa
+    from .. import schema
     S, M, U = schema.sessions, schema.messages, schema.session_model_usage
     parent = S.alias("parent")
     queries = {
@@ -202,6 +206,9 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
 
 
 def _fix(path: Path, findings: list[Finding]) -> list[str]:
+    import sqlalchemy as sa
+
+    from .. import schema
     from ..engine import create_engine, writer
 
     fixed = []

@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import sqlalchemy as sa
 import typer
 
-from .. import schema
 from ..errors import SessionNotFoundError
 from .common import JsonOption, YesOption, confirm, open_store, out, require_file, state
 from .output import human_bytes, one_line, when
@@ -335,6 +333,9 @@ def _show_candidates(o, rows: list[dict], total: int) -> None:
 # --------------------------------------------------------------------------- stats
 
 def _stats(path: Path) -> dict:
+    import sqlalchemy as sa
+
+    from .. import schema
     from ..engine import create_engine
 
     S, M = schema.sessions, schema.messages
@@ -472,6 +473,9 @@ def export_command(
 
 
 def _count_messages(path: Path, sid: str | None, source: str | None) -> int:
+    import sqlalchemy as sa
+
+    from .. import schema
     from ..engine import create_engine
 
     S, M = schema.sessions, schema.messages

@@ -55,15 +55,25 @@ _CJK_RANGES = (
 )
 
 
+#: every CJK range starts at or above this character
+_CJK_FLOOR = chr(min(lo for lo, _ in _CJK_RANGES))
+
+
 def is_cjk_codepoint(cp: int) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
 def contains_cjk(text: str) -> bool:
+    # a search tests its query several times: text below every range (most queries)
+    # is answered by one C-level max() instead of a test per character
+    if not text or max(text) < _CJK_FLOOR:
+        return False
     return any(is_cjk_codepoint(ord(ch)) for ch in text)
 
 
 def count_cjk(text: str) -> int:
+    if not text or max(text) < _CJK_FLOOR:
+        return 0
     return sum(1 for ch in text if is_cjk_codepoint(ord(ch)))
 
 
@@ -98,7 +108,9 @@ _LEX = re.compile(
     # Unicode spaces (U+3000, NBSP, ...) are bareword characters to FTS5, but str.strip()
     # removes them at the ends, so they must not count as a term here
     r"|(?P<space>\s+)"
-    r"|(?P<word>(?:(?!\s)[A-Za-z0-9_\u0080-\U0010ffff])+)"
+    # [A-Za-z0-9_] and every non-ASCII character, spelled as the ASCII it excludes (a
+    # class spanning all of Unicode takes milliseconds to compile at every start)
+    r"|(?P<word>(?:(?!\s)[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f])+)"
     r"|(?P<star>\*)"
     r"|(?P<other>.)",
     re.DOTALL,
@@ -325,14 +337,16 @@ def plan_search(sanitized: str, indexes: Iterable[str]) -> SearchPlan | None:
 # --------------------------------------------------------------------------- SQL pieces
 
 
-_PRESENT_INDEXES = sa.text(
+#: which of the two FTS5 tables the open file has (run with ``PRESENT_INDEXES_VALUES``)
+PRESENT_INDEXES = sa.text(
     "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"
 )
+PRESENT_INDEXES_VALUES = {"a": FTS_TABLE, "b": TRIGRAM_TABLE}
 
 
 def available_indexes(conn: sa.Connection) -> frozenset[str]:
     """The FTS5 tables of the open file that search can use."""
-    rows = conn.execute(_PRESENT_INDEXES, {"a": FTS_TABLE, "b": TRIGRAM_TABLE})
+    rows = conn.execute(PRESENT_INDEXES, PRESENT_INDEXES_VALUES)
     return frozenset(name for (name,) in rows)
 
 
@@ -397,6 +411,8 @@ def like_snippet(columns: Sequence[Any], terms: Sequence[str]) -> str:
 
 __all__ = [
     "FTS_OPERATORS",
+    "PRESENT_INDEXES",
+    "PRESENT_INDEXES_VALUES",
     "MAX_FTS5_QUERY_CHARS",
     "ROUTE_FTS",
     "ROUTE_LIKE",

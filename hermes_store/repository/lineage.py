@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from .. import schema
 from . import kinds
 from .base import RepositoryBase
-from .sessions import listing_filters, row_dict, session_columns
+from .prebuilt import Prebuilt
+from .sessions import as_cache_key, listing_filters, row_dict, session_columns
 
 S = schema.sessions
 M = schema.messages
@@ -100,10 +101,10 @@ def _build_tip_step() -> sa.Select:
     )
 
 
-_TIP_STEP = _build_tip_step()
+_TIP_STEP = Prebuilt(_build_tip_step())
 
 _RICH_ROW = {
-    compact: sa.select(*_RICH_COLUMNS[compact]).where(S.c.id == sa.bindparam("sid"))
+    compact: Prebuilt(sa.select(*_RICH_COLUMNS[compact]).where(S.c.id == sa.bindparam("sid")))
     for compact in (False, True)
 }
 
@@ -127,16 +128,16 @@ _RESUME_NEXT = (
 
 
 def finish_rich_row(row) -> dict[str, Any]:
-    """A listing row with ``preview`` built from the raw cut (60 chars + "...")."""
+    """A listing row (an SQLAlchemy Row) with ``preview`` built from the raw cut."""
     return _finish_rich(row_dict(row))
 
 
-def _finish_rich_rows(result: sa.CursorResult) -> list[dict[str, Any]]:
-    keys = list(result.keys())  # once per result, not once per row
-    return [_finish_rich(dict(zip(keys, row))) for row in result.all()]
+def _finish_rich_rows(keys, rows) -> list[dict[str, Any]]:
+    return [_finish_rich(dict(zip(keys, row))) for row in rows]
 
 
 def _finish_rich(data: dict[str, Any]) -> dict[str, Any]:
+    """A listing row with ``preview`` built from the raw cut (60 chars + "...")."""
     raw = (data.pop("_preview_raw", None) or "").strip()
     data["preview"] = raw[:PREVIEW_CHARS] + ("..." if len(raw) > PREVIEW_CHARS else "")
     data.pop("_effective_last_active", None)
@@ -155,21 +156,29 @@ def _squashed_title(column) -> sa.ColumnElement:
     return text
 
 
-def _as_key(values):
-    return tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else values
-
-
 @lru_cache(maxsize=64)
 def _listing_statement(
     source, exclude_sources, cwd_prefix, min_message_count, include_archived,
     archived_only, include_children, compact, order_by_last_active, id_query,
     search_query, no_limit, no_offset,
-) -> sa.Select:
+) -> Prebuilt:
     """The listing's statement for one set of filters, ``:limit``/``:offset`` bound.
 
     Cached: the same filters (a picker asks with the same ones over and over) reuse one
-    statement object, which also keeps SQLAlchemy from recomputing its cache key.
+    statement, compiled once.
     """
+    return Prebuilt(_build_listing(
+        source, exclude_sources, cwd_prefix, min_message_count, include_archived,
+        archived_only, include_children, compact, order_by_last_active, id_query,
+        search_query, no_limit, no_offset,
+    ))
+
+
+def _build_listing(
+    source, exclude_sources, cwd_prefix, min_message_count, include_archived,
+    archived_only, include_children, compact, order_by_last_active, id_query,
+    search_query, no_limit, no_offset,
+) -> sa.Select:
     terms = listing_filters(
         S,
         source=source,
@@ -258,12 +267,13 @@ def _walk_to_tip(conn: sa.Connection, session_id: str) -> str:
     """Follow compression continuations from ``session_id`` to the last one."""
     current, seen = session_id, {session_id}
     for _ in range(MAX_HOPS):
-        step = conn.execute(_TIP_STEP, {"current": current}).first()
-        if step is None or step.id in seen:
+        steps = _TIP_STEP.rows(conn, {"current": current})
+        if not steps or steps[0][0] in seen:
             break
-        seen.add(step.id)
-        current = step.id
-        if step.end_reason != kinds.COMPRESSION:
+        step_id, step_end_reason = steps[0]
+        seen.add(step_id)
+        current = step_id
+        if step_end_reason != kinds.COMPRESSION:
             break  # only a compression-ended session has continuations: no query needed
     return current
 
@@ -417,7 +427,7 @@ class LineageMixin(RepositoryBase):
             id_query = search_query = None  # they only apply to the activity order
         try:
             stmt = _listing_statement(
-                source, _as_key(exclude_sources), cwd_prefix, min_message_count,
+                source, as_cache_key(exclude_sources), cwd_prefix, min_message_count,
                 include_archived, archived_only, include_children, compact_rows,
                 order_by_last_active, id_query, search_query, limit is None, offset is None,
             )
@@ -427,11 +437,12 @@ class LineageMixin(RepositoryBase):
                 include_archived, archived_only, include_children, compact_rows,
                 order_by_last_active, id_query, search_query, limit is None, offset is None,
             )
-        with self._read() as conn:
-            rows = _finish_rich_rows(conn.execute(stmt, {"limit": limit, "offset": offset}))
-            if project_compression_tips and not include_children:
-                rows = [self._project_to_tip(conn, r, compact_rows) for r in rows]
-        return rows
+        page = {"limit": limit, "offset": offset}
+        if not project_compression_tips or include_children:  # one statement
+            return _finish_rich_rows(stmt.keys, self._query(stmt, page))
+        with self._read() as conn:  # the page and its tips: one snapshot
+            rows = _finish_rich_rows(stmt.keys, stmt.rows(conn, page))
+            return [self._project_to_tip(conn, r, compact_rows) for r in rows]
 
     def _project_to_tip(self, conn: sa.Connection, row: dict, compact: bool) -> dict:
         if row.get("end_reason") != kinds.COMPRESSION:
@@ -439,10 +450,11 @@ class LineageMixin(RepositoryBase):
         tip_id = _walk_to_tip(conn, row["id"])
         if tip_id == row["id"]:
             return row
-        tip = conn.execute(_RICH_ROW[compact], {"sid": tip_id}).first()
-        if tip is None:
+        statement = _RICH_ROW[compact]
+        tips = statement.rows(conn, {"sid": tip_id})
+        if not tips:
             return row
-        tip_row = finish_rich_row(tip)
+        tip_row = _finish_rich(dict(zip(statement.keys, tips[0])))
         merged = dict(row)
         for key in _TIP_FIELDS:
             if key in tip_row:

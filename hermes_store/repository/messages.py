@@ -32,6 +32,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import sqlalchemy as sa
@@ -66,6 +67,7 @@ _MEMORY_NOTE = re.compile(
     re.IGNORECASE,
 )
 _MEMORY_TAG = re.compile(r"<\s*/?\s*memory-context\s*>", re.IGNORECASE)
+_MEMORY_WORD = re.compile(r"memory", re.IGNORECASE)
 
 # Prompts of the background skill/memory review that older agents wrote into the real
 # session; replayed, they turn the agent into the reviewer.
@@ -104,6 +106,37 @@ _SESSION_IDS_ABOVE = Prebuilt(
            M.c.id > sa.bindparam("above_id", type_=sa.Integer))
     .order_by(M.c.id)
 )
+
+
+_COUNT_SESSION_MESSAGES = Prebuilt(
+    sa.select(sa.func.count()).select_from(M)
+    .where(M.c.session_id == sa.bindparam("sid", type_=sa.Text))
+)
+_COUNT_ALL_MESSAGES = Prebuilt(sa.select(sa.func.count()).select_from(M))
+
+
+@lru_cache(maxsize=None)
+def _transcript(include_inactive: bool, limited: bool, offset: bool) -> Prebuilt:
+    """``get_messages``'s statement for one shape (``:sid``, ``:limit``, ``:offset``)."""
+    stmt = (sa.select(M).where(M.c.session_id == sa.bindparam("sid", type_=sa.Text))
+            .order_by(M.c.id))
+    if not include_inactive:
+        stmt = stmt.where(M.c.active == 1)
+    if limited:
+        stmt = stmt.limit(sa.bindparam("limit", type_=sa.Integer))
+    if offset:
+        stmt = stmt.offset(sa.bindparam("offset", type_=sa.Integer))
+    return Prebuilt(stmt)
+
+
+@lru_cache(maxsize=None)
+def _conversation(include_inactive: bool) -> Prebuilt:
+    """``get_messages_as_conversation``'s statement for one session."""
+    stmt = (sa.select(*CONVERSATION_COLUMNS)
+            .where(M.c.session_id == sa.bindparam("sid", type_=sa.Text)).order_by(M.c.id))
+    if not include_inactive:
+        stmt = stmt.where(M.c.active == 1)
+    return Prebuilt(stmt)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -331,6 +364,8 @@ def _decoded_row(row, keys=None) -> dict:
 
 def strip_memory_context(text: str) -> str:
     """Remove recalled-memory blocks, their system note and stray fence tags."""
+    if not _MEMORY_WORD.search(text):  # what each of the three patterns needs
+        return text
     text = _MEMORY_BLOCK.sub("", text)
     text = _MEMORY_NOTE.sub("", text)
     return _MEMORY_TAG.sub("", text)
@@ -373,36 +408,42 @@ def _is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
 
 
 def _conversation_entry(row) -> dict:
-    role = row.role
-    content = decode_content(row.content)
+    """One replay message from a row ending with ``CONVERSATION_COLUMNS`` (in that
+    order; a query may select columns of its own before them, such as the session id)."""
+    (role, content, tool_call_id, tool_calls, tool_name, effect_disposition, finish_reason,
+     reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
+     codex_message_items, platform_message_id, observed, timestamp,
+     api_content) = row[len(row) - len(CONVERSATION_COLUMNS):]
+    content = decode_content(content)
     if role in ("user", "assistant") and isinstance(content, str):
         content = strip_memory_context(content).strip()
     msg: dict[str, Any] = {"role": role, "content": content}
-    if row.api_content:
-        msg["api_content"] = row.api_content  # verbatim: it is the exact wire text
-    if row.timestamp:
-        msg["timestamp"] = row.timestamp
-    if row.tool_call_id:
-        msg["tool_call_id"] = row.tool_call_id
-    if row.tool_name:
-        msg["tool_name"] = row.tool_name
-    if row.effect_disposition:
-        msg["effect_disposition"] = row.effect_disposition
-    if row.tool_calls:
-        msg["tool_calls"] = _load_json(row.tool_calls, "tool_calls", [])
-    if row.platform_message_id:
-        msg["message_id"] = row.platform_message_id
-    if row.observed:
+    if api_content:
+        msg["api_content"] = api_content  # verbatim: it is the exact wire text
+    if timestamp:
+        msg["timestamp"] = timestamp
+    if tool_call_id:
+        msg["tool_call_id"] = tool_call_id
+    if tool_name:
+        msg["tool_name"] = tool_name
+    if effect_disposition:
+        msg["effect_disposition"] = effect_disposition
+    if tool_calls:
+        msg["tool_calls"] = _load_json(tool_calls, "tool_calls", [])
+    if platform_message_id:
+        msg["message_id"] = platform_message_id
+    if observed:
         msg["observed"] = True
     if role == "assistant":
-        if row.finish_reason:
-            msg["finish_reason"] = row.finish_reason
-        if row.reasoning:
-            msg["reasoning"] = row.reasoning
-        if row.reasoning_content is not None:
-            msg["reasoning_content"] = row.reasoning_content
-        for field in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
-            stored = getattr(row, field)
+        if finish_reason:
+            msg["finish_reason"] = finish_reason
+        if reasoning:
+            msg["reasoning"] = reasoning
+        if reasoning_content is not None:
+            msg["reasoning_content"] = reasoning_content
+        for field, stored in (("reasoning_details", reasoning_details),
+                              ("codex_reasoning_items", codex_reasoning_items),
+                              ("codex_message_items", codex_message_items)):
             if stored:
                 msg[field] = _load_json(stored, field, None)
     return msg
@@ -510,10 +551,10 @@ class MessagesMixin(RepositoryBase):
         def unit(conn: sa.Connection) -> list[int]:
             if _COUNT_ADDED.execute(conn, counted).rowcount == 0:
                 raise SessionNotFoundError(session_id)
-            above = _LAST_MESSAGE_ID.execute(conn, {}).scalar() or 0
+            above = _LAST_MESSAGE_ID.scalar(conn) or 0
             _INSERT_MESSAGE.execute_many(conn, rows)
-            return list(_SESSION_IDS_ABOVE.execute(
-                conn, {"batch_session": session_id, "above_id": above}).scalars())
+            return [row[0] for row in _SESSION_IDS_ABOVE.rows(
+                conn, {"batch_session": session_id, "above_id": above})]
 
         return self._write(unit)
 
@@ -657,17 +698,9 @@ class MessagesMixin(RepositoryBase):
         """The session's rows in insertion (id) order, every column, content and
         ``tool_calls`` decoded (``reasoning_details``/``codex_*`` stay JSON text).
         Active rows only unless ``include_inactive``; ``limit``/``offset`` page."""
-        stmt = sa.select(M).where(M.c.session_id == session_id).order_by(M.c.id)
-        if not include_inactive:
-            stmt = stmt.where(M.c.active == 1)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        if offset:
-            stmt = stmt.offset(offset)
-        with self._read() as conn:
-            result = conn.execute(stmt)
-            keys = list(result.keys())
-            rows = result.all()
+        statement = _transcript(bool(include_inactive), limit is not None, bool(offset))
+        rows = self._query(statement, {"sid": session_id, "limit": limit, "offset": offset})
+        keys = statement.keys
         return [_decoded_row(row, keys) for row in rows]
 
     def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
@@ -680,15 +713,17 @@ class MessagesMixin(RepositoryBase):
         blocks and background-review harness turns are removed. ``repair_alternation``
         runs ``alternation_repair`` (the agent's sequence repair) on the result.
         """
-        with self._read() as conn:
-            # _parent_chain (lineage concern) joins this snapshot
-            ids = (list(reversed(self._parent_chain(session_id))) or [session_id]
-                   if include_ancestors else [session_id])
-            stmt = (sa.select(*CONVERSATION_COLUMNS)
-                    .where(M.c.session_id.in_(ids)).order_by(M.c.id))
-            if not include_inactive:
-                stmt = stmt.where(M.c.active == 1)
-            rows = conn.execute(stmt).all()
+        if include_ancestors:
+            with self._read() as conn:
+                # _parent_chain (lineage concern) joins this snapshot
+                ids = list(reversed(self._parent_chain(session_id))) or [session_id]
+                stmt = (sa.select(*CONVERSATION_COLUMNS)
+                        .where(M.c.session_id.in_(ids)).order_by(M.c.id))
+                if not include_inactive:
+                    stmt = stmt.where(M.c.active == 1)
+                rows = conn.execute(stmt).all()
+        else:  # one statement: a snapshot by itself
+            rows = self._query(_conversation(bool(include_inactive)), {"sid": session_id})
         return self._rows_to_conversation(rows, include_ancestors=include_ancestors,
                                           repair_alternation=repair_alternation)
 
@@ -798,11 +833,9 @@ class MessagesMixin(RepositoryBase):
 
     def message_count(self, session_id: str | None = None) -> int:
         """Rows stored for a session (or in all sessions), rewound/archived included."""
-        stmt = sa.select(sa.func.count()).select_from(M)
         if session_id:
-            stmt = stmt.where(M.c.session_id == session_id)
-        with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
+            return int(self._query(_COUNT_SESSION_MESSAGES, {"sid": session_id})[0][0])
+        return int(self._query(_COUNT_ALL_MESSAGES)[0][0])
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether the session already stored the platform's message (retry dedupe)."""

@@ -2,41 +2,66 @@
 
 ``Connection.execute(core_statement, values)`` costs ~35 µs per statement on top of the
 driver even when the statement is prebuilt (cache-key lookup, parameter processing,
-result setup) — as much as SQLite needs to store a message row. A ``Prebuilt`` compiles
-its Core statement once per dialect and sends the SQL text with
-``exec_driver_sql`` (~12 µs), which keeps what matters from the engine: the
-transaction, error wrapping (busy retries, ``StoreFullError``…) and cursor events.
+result setup) — as much as SQLite needs to store a message row or answer a small
+read. A ``Prebuilt`` compiles its Core statement once per dialect and, where the
+dialect allows it (``engine.uses_driver``: pysqlite), sends the SQL text through
+``engine.driver_execute``, which keeps what matters from the engine: the transaction,
+cursor events and SQLAlchemy's exception types (busy retries, ``StoreFullError``…).
 
 The shortcut is taken only when the compiled form needs nothing else from Core at run
 time than the types' bind conversions (applied here): positional parameters, no
-RETURNING, no expanding ``IN``.
-Any other dialect runs the Core statement as usual, so the SQL stays portable and has
-one source (the Core statement, built from ``schema``).
+RETURNING, no expanding ``IN``. Any other dialect (PostgreSQL) or statement runs the
+Core statement as usual, so the SQL stays portable and has one source (the Core
+statement, built from ``schema``).
+
+Numbers written into the statement (``active = 1``, ``LIMIT 1``, ``coalesce(x, 0)``)
+are rendered into its SQL text instead of being bound: SQLite re-prepares a statement
+on every run when a bound value meets a column that a partial index's WHERE names
+(``messages.active``), which cost a search more than the search itself. Text values
+stay bound parameters.
 """
 
 from __future__ import annotations
 
+import math
+import weakref
 from typing import Any, Mapping, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
+
+from ..engine import driver_execute, uses_driver
 
 _NOT_COMPILED = object()
+_NO_VALUES: Mapping[str, Any] = {}
 
 
 class Prebuilt:
     """One Core statement with named bind parameters, run by ``execute(conn, values)``.
 
     ``column_keys`` fixes the columns of an INSERT (the keys every ``values`` carries).
+    ``keys`` names the columns of a SELECT's rows (rows are tuples on the driver path).
     """
 
     def __init__(self, statement: sa.Executable, column_keys: Sequence[str] | None = None):
         self.statement = statement
         self.column_keys = list(column_keys) if column_keys is not None else None
-        self._forms: dict[Any, Any] = {}
+        selected = getattr(statement, "selected_columns", None)
+        self.keys: tuple[str, ...] = tuple(selected.keys()) if selected is not None else ()
+        # per dialect instance (one per engine, dropped with it), filled from the forms
+        # per dialect configuration: a process opening many stores compiles once
+        self._forms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._forms_by_config: dict = {}
+
+    # ------------------------------------------------------------------ compiling
 
     def _driver_form(self, dialect) -> tuple[str, tuple] | None:
         """The SQL text and, per ``?``: (key in values or None, conversion, literal)."""
-        compiled = self.statement.compile(dialect=dialect, column_keys=self.column_keys)
+        if not uses_driver(dialect):
+            return None
+        compiled = _numbers_inlined(self.statement, dialect).compile(
+            dialect=dialect, column_keys=self.column_keys)
         if (not compiled.positional or compiled.returning or compiled.literal_execute_params
                 or compiled.post_compile_params):
             return None
@@ -48,7 +73,7 @@ class Prebuilt:
             convert = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if bind.required:
                 slots.append((bind.key, convert, None))
-            else:  # a literal Core bound into the statement (the 0 of coalesce(x, 0))
+            else:  # a constant Core bound into the statement (text: '' of coalesce(x, ''))
                 literal = bind.effective_value
                 if convert is not None and literal is not None:
                     literal = convert(literal)
@@ -58,15 +83,23 @@ class Prebuilt:
     def _form(self, dialect):
         form = self._forms.get(dialect, _NOT_COMPILED)
         if form is _NOT_COMPILED:
-            form = self._forms[dialect] = self._driver_form(dialect)
+            key = (type(dialect), dialect.paramstyle, dialect.server_version_info,
+                   uses_driver(dialect))
+            form = self._forms_by_config.get(key, _NOT_COMPILED)
+            if form is _NOT_COMPILED:
+                form = self._forms_by_config[key] = self._driver_form(dialect)
+            self._forms[dialect] = form
         return form
 
-    def execute(self, conn: sa.Connection, values: Mapping[str, Any]):
+    # ------------------------------------------------------------------ running
+
+    def execute(self, conn: sa.Connection, values: Mapping[str, Any] = _NO_VALUES):
+        """Run the statement; the result has ``rowcount`` (and ``lastrowid`` on SQLite)."""
         form = self._form(conn.dialect)
         if form is None:
             return conn.execute(self.statement, dict(values))
         sql, slots = form
-        return conn.exec_driver_sql(sql, _positional(slots, values))
+        return driver_execute(conn, sql, _positional(slots, values))
 
     def execute_many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run the statement once per row (the driver's ``executemany``)."""
@@ -77,7 +110,7 @@ class Prebuilt:
             conn.execute(self.statement, [dict(row) for row in rows])
             return
         sql, slots = form
-        conn.exec_driver_sql(sql, [_positional(slots, row) for row in rows])
+        driver_execute(conn, sql, [_positional(slots, row) for row in rows], many=True)
 
     def insert(self, conn: sa.Connection, values: Mapping[str, Any]) -> Any:
         """Run an INSERT of one row; returns the new row's primary key."""
@@ -85,6 +118,33 @@ class Prebuilt:
         if form is None:
             return conn.execute(self.statement, dict(values)).inserted_primary_key[0]
         return self.execute(conn, values).lastrowid
+
+    def rows(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> list:
+        """Every row of a SELECT, as tuples in ``keys`` order (within the caller's
+        transaction, if any)."""
+        values = values or _NO_VALUES
+        form = self._form(conn.dialect)
+        if form is None:
+            return conn.execute(self.statement, dict(values)).all()
+        sql, slots = form
+        return driver_execute(conn, sql, _positional(slots, values)).fetchall()
+
+    def rows_alone(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> list:
+        """``rows`` on a connection outside any transaction: one statement is one
+        snapshot. On the driver path it runs in SQLite's autocommit mode (no BEGIN and
+        COMMIT to pay); through Core it gets a transaction of its own, ended here, so a
+        held connection is never left inside one."""
+        form = self._form(conn.dialect)
+        if form is not None:
+            sql, slots = form
+            return driver_execute(conn, sql, _positional(slots, values or _NO_VALUES)).fetchall()
+        with conn.begin():
+            return conn.execute(self.statement, dict(values or _NO_VALUES)).all()
+
+    def scalar(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> Any:
+        """The first column of the first row, or None."""
+        found = self.rows(conn, values)
+        return found[0][0] if found else None
 
 
 def _positional(slots, values: Mapping[str, Any]) -> tuple:
@@ -96,3 +156,23 @@ def _positional(slots, values: Mapping[str, Any]) -> tuple:
         value = values[key]
         params.append(value if convert is None or value is None else convert(value))
     return tuple(params)
+
+
+def _numbers_inlined(statement, dialect):
+    """A copy of ``statement`` with every numeric constant as literal SQL (see the module
+    docstring); named parameters and text constants are left as they are."""
+
+    def replace(element):
+        if not isinstance(element, BindParameter) or element.required:
+            return None
+        value = element.effective_value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        render = element.type.dialect_impl(dialect).literal_processor(dialect)
+        if render is None:
+            return None
+        return sa.literal_column(render(value), type_=element.type)
+
+    return visitors.replacement_traverse(statement, {}, replace)

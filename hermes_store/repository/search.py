@@ -35,7 +35,8 @@ from ..errors import DatabaseDamagedError
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 from .base import RepositoryBase
 from .messages import content_preview, decode_content
-from .values import scrub_surrogates
+from .prebuilt import Prebuilt
+from .values import LIKE_ESCAPE, like_containing, scrub_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -112,26 +113,36 @@ def _as_list(values: Any) -> list | None:
 @dataclass(frozen=True)
 class _Shape:
     """What a search's statements depend on besides bound values: one statement is
-    built (and compiled by SQLAlchemy) per shape, not per search."""
+    built (and compiled once) per shape, not per search. A filter list's length is part
+    of the shape (one parameter per value), so the statement needs no expanding IN."""
 
     visible_only: bool
-    sources: bool  # source_filter given ([] matches nothing)
-    excluded: bool  # exclude_sources non-empty
-    roles: bool  # role_filter non-empty
+    sources: int | None  # len(source_filter); None: no filter ([] matches nothing)
+    excluded: int  # len(exclude_sources)
+    roles: int  # len(role_filter)
     limited: bool
     offset: bool
+
+
+def _numbered(name: str, values: list | None) -> dict:
+    return {f"{name}_{i}": value for i, value in enumerate(values or ())}
 
 
 def _shape_and_values(source_filter, exclude_sources, role_filter, include_inactive,
                       limit, offset) -> tuple[_Shape, dict]:
     sources, excluded, roles = (_as_list(source_filter), _as_list(exclude_sources),
                                 _as_list(role_filter))
-    shape = _Shape(visible_only=not include_inactive, sources=sources is not None,
-                   excluded=bool(excluded), roles=bool(roles),
+    shape = _Shape(visible_only=not include_inactive,
+                   sources=None if sources is None else len(sources),
+                   excluded=len(excluded or ()), roles=len(roles or ()),
                    limited=limit is not None and limit >= 0, offset=offset > 0)
-    values = {"sources": sources, "excluded": excluded, "roles": roles,
-              "page_limit": limit, "page_offset": offset}
+    values = {**_numbered("source", sources), **_numbered("excluded", excluded),
+              **_numbered("role", roles), "page_limit": limit, "page_offset": offset}
     return shape, values
+
+
+def _params(name: str, count: int) -> list[sa.BindParameter]:
+    return [sa.bindparam(f"{name}_{i}", type_=sa.Text) for i in range(count)]
 
 
 def _filters(shape: _Shape) -> list[sa.ColumnElement]:
@@ -140,12 +151,13 @@ def _filters(shape: _Shape) -> list[sa.ColumnElement]:
         filters.append(schema.VISIBLE_MESSAGE)
         # rows a UI marked hidden (display_kind) are not part of the conversation
         filters.append(sa.func.coalesce(M.c.display_kind, "") != "hidden")
-    if shape.sources:
-        filters.append(S.c.source.in_(sa.bindparam("sources", expanding=True)))
+    if shape.sources is not None:
+        filters.append(S.c.source.in_(_params("source", shape.sources)) if shape.sources
+                       else sa.false())
     if shape.excluded:
-        filters.append(S.c.source.not_in(sa.bindparam("excluded", expanding=True)))
+        filters.append(S.c.source.not_in(_params("excluded", shape.excluded)))
     if shape.roles:
-        filters.append(M.c.role.in_(sa.bindparam("roles", expanding=True)))
+        filters.append(M.c.role.in_(_params("role", shape.roles)))
     return filters
 
 
@@ -166,8 +178,12 @@ def _matching(index: str) -> sa.ColumnElement[bool]:
     return fq.match(index, sa.bindparam("expression", type_=sa.Text))
 
 
-@functools.lru_cache(maxsize=None)
-def _ranked(index: str, shape: _Shape) -> sa.Select:
+#: bound of each statement cache below (shapes × filter lengths × page lengths)
+_SHAPES_CACHED = 512
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _ranked(index: str, shape: _Shape) -> Prebuilt:
     """A page of matches best first, snippet and context included.
 
     ORDER BY rank alone lets FTS5 hand rows over best first, so snippet() and the
@@ -175,45 +191,74 @@ def _ranked(index: str, shape: _Shape) -> sa.Select:
     compute every match and sort them itself.
     """
     rank = fq.rank(index)
-    return _page(
+    return Prebuilt(_page(
         sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
                   *_CONTEXT_COLUMNS, rank.label("rank"))
         .select_from(_with_neighbours(_matches(index)))
         .where(_matching(index), *_filters(shape)).order_by(rank),
         shape,
-    )
+    ))
 
 
-@functools.lru_cache(maxsize=None)
-def _ids_by_time(index: str, sort: str, shape: _Shape) -> sa.Select:
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _ids_by_time(index: str, sort: str, shape: _Shape) -> Prebuilt:
     """A page of match ids in time order (then relevance): the sort cannot be pushed
     into FTS5, so it runs on ids alone and the page's details are read afterwards."""
     when = M.c.timestamp.desc() if sort == "newest" else M.c.timestamp.asc()
-    return _page(
+    return Prebuilt(_page(
         sa.select(M.c.id).select_from(_matches(index))
         .where(_matching(index), *_filters(shape))
         .order_by(when, fq.rank(index), M.c.id),
         shape,
-    )
+    ))
 
 
-@functools.lru_cache(maxsize=None)
-def _match_details(index: str) -> sa.Select:
-    """Result rows (snippet, context) of the matches with the given ids."""
-    return (
+def _page_ids(count: int) -> list[sa.BindParameter]:
+    return [sa.bindparam(f"page_id_{i}", type_=sa.Integer) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _match_details(index: str, count: int) -> Prebuilt:
+    """Result rows (snippet, context) of the ``count`` matches with the given ids."""
+    return Prebuilt(
         sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
                   *_CONTEXT_COLUMNS)
         .select_from(_with_neighbours(_matches(index)))
-        .where(_matching(index), fq.fts_source(index).c.rowid.in_(
-            sa.bindparam("page_ids", expanding=True)))
+        .where(_matching(index), fq.fts_source(index).c.rowid.in_(_page_ids(count)))
     )
 
 
-_LIKE_DETAILS = (
-    sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
-    .select_from(_with_neighbours(M.join(S, S.c.id == M.c.session_id)))
-    .where(M.c.id.in_(sa.bindparam("page_ids", expanding=True)))
-)
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_details(count: int) -> Prebuilt:
+    """Result rows of the LIKE route's page (``count`` ids)."""
+    return Prebuilt(
+        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(M.join(S, S.c.id == M.c.session_id)))
+        .where(M.c.id.in_(_page_ids(count)))
+    )
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_page(shape: _Shape, terms: int) -> Prebuilt:
+    """Ids of the newest messages (within ``:scan_rows`` of the newest id) holding any
+    of ``terms`` substrings (``:term_0``… as LIKE patterns), newest first."""
+    newest_id = sa.select(sa.func.max(M.c.id)).scalar_subquery()
+    # ids only grow (AUTOINCREMENT), so this is a bounded range scan of the key
+    in_window = M.c.id > newest_id - sa.bindparam("scan_rows", type_=sa.Integer)
+    any_term = sa.or_(*(
+        sa.or_(*(column.like(pattern, escape=LIKE_ESCAPE)
+                 for column in (M.c.content, M.c.tool_name, M.c.tool_calls)))
+        for pattern in _params("term", terms)
+    ))
+    # time order needs a sort of every row found: ids first, details for the page
+    return Prebuilt(_page(
+        sa.select(M.c.id).select_from(M.join(S, S.c.id == M.c.session_id))
+        .where(in_window, any_term, *_filters(shape))
+        .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
+    ))
+
+
+_PRESENT_INDEXES = Prebuilt(fq.PRESENT_INDEXES)
 
 
 class SearchMixin(RepositoryBase):
@@ -260,7 +305,8 @@ class SearchMixin(RepositoryBase):
         index_failed = False
         try:
             with self._read() as conn:
-                plan = fq.plan_search(sanitized, fq.available_indexes(conn))
+                present = _PRESENT_INDEXES.rows(conn, fq.PRESENT_INDEXES_VALUES)
+                plan = fq.plan_search(sanitized, [name for (name,) in present])
                 if plan is None:
                     return []
                 rows, index_failed = self._run_plan(conn, plan, shape, values,
@@ -302,55 +348,48 @@ class SearchMixin(RepositoryBase):
         terms = [t for t in terms if t]
         if not terms:
             return []
-        newest_id = sa.select(sa.func.max(M.c.id)).scalar_subquery()
-        # ids only grow (AUTOINCREMENT), so this is a bounded range scan of the key
-        in_window = M.c.id > newest_id - max(0, int(self.short_query_scan_rows))
-        any_term = sa.or_(*(
-            sa.or_(M.c.content.contains(t, autoescape=True),
-                   M.c.tool_name.contains(t, autoescape=True),
-                   M.c.tool_calls.contains(t, autoescape=True))
-            for t in terms
-        ))
-        # time order needs a sort of every row found: ids first, details for the page
-        page = conn.execute(_page(
-            sa.select(M.c.id).select_from(M.join(S, S.c.id == M.c.session_id))
-            .where(in_window, any_term, *_filters(shape))
-            .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
-        ), values).scalars().all()
-        rows = _in_page_order(page, conn.execute(
-            _LIKE_DETAILS, {"page_ids": page}) if page else ())
+        page = [row[0] for row in _like_page(shape, len(terms)).rows(conn, {
+            **values, **_numbered("term", [like_containing(t) for t in terms]),
+            "scan_rows": max(0, int(self.short_query_scan_rows)),
+        })]
+        if not page:
+            return []
+        details = _like_details(len(page))
+        rows = _in_page_order(page, _dicts(details, details.rows(
+            conn, _numbered("page_id", page))))
         # the snippet shows the column that matched, tool name and tool calls included
-        return [_WithSnippet(row, fq.like_snippet(
-            (row.content, row.tool_name, row.tool_calls), terms)) for row in rows]
+        for row in rows:
+            row["snippet"] = fq.like_snippet(
+                (row["content"], row["tool_name"], row["tool_calls"]), terms)
+        return rows
+
+
+def _dicts(statement: Prebuilt, rows) -> list[dict]:
+    keys = statement.keys
+    return [dict(zip(keys, row)) for row in rows]
 
 
 def _match_search(conn, index: str, expression: str, shape: _Shape, values: dict, sort):
     values = {**values, "expression": expression}
     if sort is None:
-        rows = conn.execute(_ranked(index, shape), values).all()
+        ranked = _ranked(index, shape)
+        rows = _dicts(ranked, ranked.rows(conn, values))
         # ties in rank are ordered by id within the page, where it is free
-        return sorted(rows, key=lambda row: (row.rank, row.id))
-    page = conn.execute(_ids_by_time(index, sort, shape), values).scalars().all()
-    return _in_page_order(page, conn.execute(
-        _match_details(index), {"expression": expression, "page_ids": page}) if page else ())
+        return sorted(rows, key=lambda row: (row["rank"], row["id"]))
+    page = [row[0] for row in _ids_by_time(index, sort, shape).rows(conn, values)]
+    if not page:
+        return []
+    details = _match_details(index, len(page))
+    return _in_page_order(page, _dicts(details, details.rows(
+        conn, {"expression": expression, **_numbered("page_id", page)})))
 
 
-class _WithSnippet:
-    """A result row whose snippet was built in Python (the LIKE route)."""
-
-    __slots__ = ("_mapping",)
-
-    def __init__(self, row, snippet: str) -> None:
-        self._mapping = {**row._mapping, "snippet": snippet}
-
-
-def _in_page_order(page: list, rows) -> list:
-    by_id = {row.id: row for row in rows}
+def _in_page_order(page: list, rows: list[dict]) -> list[dict]:
+    by_id = {row["id"]: row for row in rows}
     return [by_id[message_id] for message_id in page]
 
 
-def _with_context(row) -> dict:
-    fields = row._mapping
+def _with_context(fields: dict) -> dict:
     result = {key: fields[key] for key in _RESULT_KEYS}
     around = ((fields["prev_role"], fields["prev_content"]), (result["role"], fields["content"]),
               (fields["next_role"], fields["next_content"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import lru_cache
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -20,7 +21,8 @@ from ..errors import InvalidArgumentError, SessionNotFoundError
 from . import kinds
 from .base import RepositoryBase
 from .dialect import insert_for
-from .values import prompt_hash, scrub_surrogates
+from .prebuilt import Prebuilt
+from .values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
 
 S = schema.sessions
 P = schema.system_prompts
@@ -99,6 +101,37 @@ def listing_filters(
     elif not include_archived:
         terms.append(s.c.archived == 0)
     return terms
+
+
+# Read statements built once (one compile per dialect, see prebuilt.py): a 60-column
+# select built per call costs SQLAlchemy more than SQLite needs to answer it.
+_SESSION_ROW = Prebuilt(
+    sa.select(*session_columns()).where(S.c.id == sa.bindparam("sid", type_=sa.Text))
+)
+_SESSION_ID = Prebuilt(sa.select(S.c.id).where(S.c.id == sa.bindparam("sid", type_=sa.Text)))
+_IDS_WITH_PREFIX = Prebuilt(
+    sa.select(S.c.id)
+    .where(S.c.id.like(sa.bindparam("pattern", type_=sa.Text), escape=LIKE_ESCAPE))
+    .order_by(S.c.started_at.desc())
+    .limit(2)
+)
+
+
+@lru_cache(maxsize=64)
+def _session_count(source, exclude_sources, cwd_prefix, min_message_count, include_archived,
+                   archived_only, exclude_children) -> Prebuilt:
+    """``session_count``'s statement for one set of filters (callers repeat theirs)."""
+    terms = listing_filters(
+        S,
+        source=source,
+        exclude_sources=exclude_sources,
+        cwd_prefix=cwd_prefix,
+        min_message_count=min_message_count,
+        include_archived=include_archived,
+        archived_only=archived_only,
+        listable_only=exclude_children,
+    )
+    return Prebuilt(sa.select(sa.func.count()).select_from(S).where(*terms))
 
 
 # --------------------------------------------------------------------------- prompts
@@ -208,27 +241,17 @@ class SessionsMixin(RepositoryBase):
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """The full session row as a dict, or None."""
-        with self._read() as conn:
-            row = conn.execute(
-                sa.select(*session_columns()).where(S.c.id == session_id)
-            ).first()
-        return row_dict(row) if row is not None else None
+        rows = self._query(_SESSION_ROW, {"sid": session_id})
+        return dict(zip(_SESSION_ROW.keys, rows[0])) if rows else None
 
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         """The exact id, else the only id starting with the given prefix, else None."""
         with self._read() as conn:
-            exact = conn.execute(
-                sa.select(S.c.id).where(S.c.id == session_id_or_prefix)
-            ).scalar()
+            exact = _SESSION_ID.scalar(conn, {"sid": session_id_or_prefix})
             if exact is not None:
                 return exact
-            matches = conn.execute(
-                sa.select(S.c.id)
-                .where(S.c.id.startswith(session_id_or_prefix, autoescape=True))
-                .order_by(S.c.started_at.desc())
-                .limit(2)
-            ).scalars().all()
-        return matches[0] if len(matches) == 1 else None
+            matches = _IDS_WITH_PREFIX.rows(conn, {"pattern": like_prefix(session_id_or_prefix)})
+        return matches[0][0] if len(matches) == 1 else None
 
     def session_count(
         self,
@@ -241,20 +264,13 @@ class SessionsMixin(RepositoryBase):
         exclude_sources: list[str] | None = None,
     ) -> int:
         """How many sessions match; archived rows are left out unless asked for."""
-        terms = listing_filters(
-            S,
-            source=source,
-            exclude_sources=exclude_sources,
-            cwd_prefix=cwd_prefix,
-            min_message_count=min_message_count,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            listable_only=exclude_children,
-        )
-        with self._read() as conn:
-            return conn.execute(
-                sa.select(sa.func.count()).select_from(S).where(*terms)
-            ).scalar_one()
+        args = (source, exclude_sources, cwd_prefix, min_message_count, include_archived,
+                archived_only, exclude_children)
+        try:
+            statement = _session_count(*args[:1], as_cache_key(exclude_sources), *args[2:])
+        except TypeError:  # an unhashable argument: build it anyway, so its error shows
+            statement = _session_count.__wrapped__(*args)
+        return self._query(statement)[0][0]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -413,6 +429,11 @@ class SessionsMixin(RepositoryBase):
             ).rowcount
 
         return self._write(unit) > 0
+
+
+def as_cache_key(values):
+    """A list argument as a hashable key for a statement cache (lru_cache)."""
+    return tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else values
 
 
 def compression_lineage_ids(conn: sa.Connection, session_id: str) -> list[str]:

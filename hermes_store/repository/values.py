@@ -23,3 +23,23 @@ def scrub_surrogates(value: Any) -> Any:
 def prompt_hash(prompt: str) -> str:
     """Key of a system prompt in ``system_prompts`` (sha256 of its UTF-8 text, as upstream)."""
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+#: the escape character of the LIKE patterns below
+LIKE_ESCAPE = "/"
+
+
+def _like_literal(text: str) -> str:
+    for ch in (LIKE_ESCAPE, "%", "_"):
+        text = text.replace(ch, LIKE_ESCAPE + ch)
+    return text
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern (``ESCAPE LIKE_ESCAPE``) for text starting with ``prefix``."""
+    return _like_literal(prefix) + "%"
+
+
+def like_containing(needle: str) -> str:
+    """A LIKE pattern (``ESCAPE LIKE_ESCAPE``) for text containing ``needle``."""
+    return "%" + _like_literal(needle) + "%"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hermes_store import migrate
+from hermes_store import migrate, revisions
 
 VERSIONS = migrate.MIGRATIONS_DIR / "versions"
 FILES = sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
@@ -16,6 +16,12 @@ def test_one_linear_chain_numbered_by_schema_version():
     assert numbers == list(range(1, len(FILES) + 1))
     assert [rev for rev, _ in migrate.history()] == [f.name[:4] for f in FILES]
     assert migrate.head() == FILES[-1].name[:4]
+
+
+def test_head_read_from_the_file_names_is_alembics_head():
+    # SessionDB's open compares a file's stamp with revisions.head() without Alembic
+    assert revisions.head() == migrate.head()
+    assert revisions.migrations_dir() == migrate.MIGRATIONS_DIR
 
 
 def test_each_file_declares_its_own_revision_and_the_previous_one():

@@ -2,11 +2,14 @@
 whole, and the store works again once there is room.
 
 The disk is "filled" with SQLite's per-connection ``PRAGMA max_page_count``, applied to
-every connection the store checks out of its pool (a SQLAlchemy pool event, so the
-store's own code path is exercised unchanged).
+every connection the store opened (a SQLAlchemy pool event records them, so the store's
+own code path is exercised unchanged). The store keeps its connections checked out
+(one per thread), so the limit is set on them when the disk "fills", not at checkout.
 """
 
 from __future__ import annotations
+
+import sqlite3
 
 import pytest
 from sqlalchemy import event
@@ -23,12 +26,30 @@ class DiskFull:
     """While `full` is set, no connection of this process may grow the file."""
 
     def __init__(self):
-        self.full = False
+        self._full = False
+        self.connections = []
 
-    def on_checkout(self, dbapi_conn, _record, _proxy):
-        cur = dbapi_conn.cursor()
+    def on_connect(self, dbapi_conn, _record):
+        self.connections.append(dbapi_conn)
+        self._limit(dbapi_conn)
+
+    @property
+    def full(self) -> bool:
+        return self._full
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self._full = value
+        for conn in self.connections:
+            self._limit(conn)
+
+    def _limit(self, dbapi_conn) -> None:
         try:
-            if self.full:
+            cur = dbapi_conn.cursor()
+        except sqlite3.ProgrammingError:
+            return  # a connection closed meanwhile (the open's probes, the pool's)
+        try:
+            if self._full:
                 pages = cur.execute("PRAGMA page_count").fetchone()[0]
                 cur.execute(f"PRAGMA max_page_count = {pages}")
             else:
@@ -40,11 +61,11 @@ class DiskFull:
 @pytest.fixture
 def disk():
     state = DiskFull()
-    event.listen(Pool, "checkout", state.on_checkout)
+    event.listen(Pool, "connect", state.on_connect)
     try:
         yield state
     finally:
-        event.remove(Pool, "checkout", state.on_checkout)
+        event.remove(Pool, "connect", state.on_connect)
 
 
 def test_full_disk_is_a_clear_error_and_rolls_the_unit_back(tmp_path, disk):

@@ -190,3 +190,54 @@ def test_maybe_auto_prune_and_vacuum(db):
     from repo_helpers import set_fields
     set_fields(db, "old", started_at=1.0)
     assert db.maybe_auto_prune_and_vacuum() == {"skipped": False, "pruned": 1, "vacuumed": True}
+
+
+# --------------------------------------------------------------------------- cold start
+
+_OPEN_AND_READ = """
+import sys
+from hermes_store import SessionDB
+with SessionDB(sys.argv[1]) as db:
+    print(db.get_session("s")["source"])
+print(",".join(sorted(m for m in ("alembic", "mako") if m in sys.modules)))
+"""
+
+
+def _open_in_child(path) -> list[str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _OPEN_AND_READ, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return out.splitlines()
+
+
+def test_opening_a_file_at_head_does_not_import_alembic(db_path):
+    with SessionDB(db_path) as store:
+        store.create_session("s", "cli")
+    assert _open_in_child(db_path) == ["cli", ""]
+
+
+def test_a_file_below_head_is_still_upgraded_on_open(tmp_path):
+    path = copy_fixture("upstream-0.19.0-v22", tmp_path)
+    with SessionDB(path) as store:
+        store.create_session("s", "cli")
+    # the upgrade ran in this process; a second open finds the file at head
+    assert _open_in_child(path) == ["cli", ""]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0030",)]
+    finally:
+        conn.close()
+
+
+def test_a_head_stamp_with_a_newer_schema_version_is_refused_not_opened(db_path):
+    # upstream Hermes of a later schema wrote its version into a file we stamped head
+    with SessionDB(db_path):
+        pass
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE schema_version SET version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaTooNewError):
+        SessionDB(db_path)
