@@ -27,9 +27,8 @@ import sqlalchemy as sa
 from alembic import context
 from alembic.util import CommandError
 
-from hermes_store import errors, migrate, telegram_schema
+from hermes_store import errors, location, migrate, telegram_schema
 from hermes_store.engine import BEGIN_MODE, create_engine, writer
-from hermes_store.paths import default_db_path
 
 config = context.config
 log = logging.getLogger("hermes_store.migrations.telegram_topics")
@@ -72,15 +71,15 @@ def run_on_connection(connection, where: object) -> None:
 
 
 def _db_path() -> Path:
+    """The file this run is for, resolved like the main chain's (``location``)."""
     given = config.attributes.get("db_path") or context.get_x_argument(as_dictionary=True).get("db")
-    if not given:
-        return default_db_path()
-    if "://" in given:
-        url = sa.engine.make_url(given)
-        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-            raise errors.HermesStoreError(f"-x db={given}: only SQLite database files are supported")
-        given = url.database
-    return Path(given).expanduser().absolute()
+    target = location.resolve(given or None)
+    if not target.is_sqlite:
+        raise errors.HermesStoreError(
+            f"{target.display}: the Telegram topic branch runs through Alembic on SQLite "
+            "files only; on PostgreSQL call SessionDB.apply_telegram_topic_migration()"
+        )
+    return target.path
 
 
 def run_on_file(path: Path) -> None:
