@@ -652,6 +652,8 @@ def end_failed_transaction(conn: sa.Connection) -> None:
     try:
         if conn.in_transaction():
             conn.rollback()
+        if conn.dialect.name != "sqlite":
+            return  # sqlite3's own flag; elsewhere a lost connection must not be revived
         dbapi_conn = conn.connection.dbapi_connection
         if getattr(dbapi_conn, "in_transaction", False):
             dbapi_conn.rollback()

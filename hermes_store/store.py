@@ -230,11 +230,9 @@ class SessionDB(
         self._engine = engine
         self._units = WriteUnits(engine, self.retry, label=target,
                                  hold_connections=postgres.HOLD_CONNECTIONS, serialize=False)
-        if postgres.HOLD_CONNECTIONS:
-            self._readers = HeldConnections(reader(engine))
-        else:
-            self._readers = PooledConnections(reader(engine))
-            self._singles = PooledConnections(autocommit(engine))
+        connections = HeldConnections if postgres.HOLD_CONNECTIONS else PooledConnections
+        self._readers = connections(reader(engine))
+        self._singles = connections(autocommit(engine))
 
     def close(self) -> None:
         """Checkpoint (SQLite, PASSIVE: never waits for, or disturbs, other processes)

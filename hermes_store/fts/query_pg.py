@@ -161,9 +161,10 @@ def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
 def snippet(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[str]:
     """Matched words in ``>>>…<<<`` from the indexed text (a tool row's indexed prefix),
     about ``SNIPPET_TOKENS`` words long, with ``...`` where the text was cut (as FTS5's
-    ``snippet()``). ``ts_headline`` returns a stretch of the document verbatim, so
-    comparing it without its marks with the document's ends tells where it was cut; a
-    scalar subquery runs ``ts_headline`` once per row for that."""
+    ``snippet()``), for the row of ``messages`` the enclosing query reads.
+    ``ts_headline`` returns a stretch of the document verbatim, so comparing it without
+    its marks with the document's ends tells where it was cut; a scalar subquery runs
+    ``ts_headline`` once per row for that."""
     m = messages.c
     content = sa.case(
         (m.role == "tool", sa.func.left(m.content, TOOL_CONTENT_PREFIX_CHARS)),
@@ -180,7 +181,9 @@ def snippet(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElemen
     length = sa.func.length(plain)
     lead = sa.case((sa.func.left(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
     tail = sa.case((sa.func.right(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
-    return sa.select(sa.func.concat(lead, marked, tail, type_=sa.Text)).scalar_subquery()
+    # the row is the enclosing query's: ``messages`` must be in its FROM
+    return (sa.select(sa.func.concat(lead, marked, tail, type_=sa.Text))
+            .correlate(messages).scalar_subquery())
 
 
 def _escape_like(text: str) -> str:

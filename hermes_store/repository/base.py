@@ -55,7 +55,7 @@ class RepositoryBase:
     _units: WriteUnits | None = None
     _readers: HeldConnections | PooledConnections | None = None
     #: PostgreSQL only: single statements run without a transaction from here
-    _singles: PooledConnections | None = None
+    _singles: HeldConnections | PooledConnections | None = None
     _snapshots: threading.local | None = None
 
     def _require_open(self) -> Engine:
@@ -120,10 +120,12 @@ class RepositoryBase:
         try:
             if joined is not None:
                 return statement.rows(joined, values)
-            readers = self._readers_open()
-            if readers.held:
-                return statement.rows_alone(readers.get(), values)
-            with self._singles.checkout() as conn:  # autocommit: one round trip
+            # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
+            # round trip instead of BEGIN, the statement and COMMIT)
+            singles = self._singles or self._readers_open()
+            if singles.held:
+                return statement.rows_alone(singles.get(), values)
+            with singles.checkout() as conn:
                 return statement.rows_alone(conn, values)
         except sa.exc.DBAPIError as exc:
             mapped = translate_error(exc, self.target)
