@@ -127,17 +127,21 @@ def main(argv=None) -> int:
     try:
         migrate.upgrade(url)
         fill(url)
-        results: dict[str, dict[str, float]] = {}
-        threads: dict[str, int] = {}
-        for name, variant in VARIANTS.items():
-            configure(**variant)
-            rounds: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
+        # rounds outside, variants inside: a shared machine's load drifts, and every
+        # variant sees the same drift
+        samples: dict[str, dict[str, list[float]]] = {n: {} for n in VARIANTS}
+        for _ in range(args.rounds):
+            for name, variant in VARIANTS.items():
+                configure(**variant)
                 with SessionDB(url) as db:
                     for case, fn in cases(db).items():
                         fn()  # compile and warm the pool first
-                        rounds.setdefault(case, []).append(per_call_us(fn, args.calls))
-            results[name] = {case: statistics.median(v) for case, v in rounds.items()}
+                        samples[name].setdefault(case, []).append(per_call_us(fn, args.calls))
+        results = {n: {c: statistics.median(v) for c, v in by_case.items()}
+                   for n, by_case in samples.items()}
+        threads: dict[str, int] = {}
+        for name, variant in VARIANTS.items():
+            configure(**variant)
             threads[name] = connections_after_threads(url)
         names = list(VARIANTS)
         print(f"{'call (p50, µs)':32}" + "".join(f"{n:>22}" for n in names))

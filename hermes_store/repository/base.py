@@ -122,7 +122,9 @@ class RepositoryBase:
                 return statement.rows(joined, values)
             # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
             # round trip instead of BEGIN, the statement and COMMIT)
-            singles = self._singles or self._readers_open()
+            singles = self._singles
+            if singles is None:
+                singles = self._readers_open()
             if singles.held:
                 return statement.rows_alone(singles.get(), values)
             with singles.checkout() as conn:

@@ -218,6 +218,34 @@ def test_more_threads_than_connections_wait_for_the_pool(pg_url):
         assert errors == [] and db.session_count() == 30
 
 
+# --------------------------------------------------------------------------- transaction modes
+
+
+def test_each_door_runs_in_its_transaction_mode(pg_url):
+    from psycopg import IsolationLevel
+
+    seen: list = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        dbapi = conn.connection.dbapi_connection
+        seen.append((statement, dbapi.autocommit, dbapi.isolation_level, dbapi.read_only))
+
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        sa.event.listen(db.engine, "before_cursor_execute", record)
+        db.get_session("s")  # one statement: autocommit, one round trip
+        single = seen[-1]
+        with db._read() as conn:  # a snapshot
+            conn.execute(sa.select(META.c.key)).all()
+        snapshot = seen[-1]
+        db.set_meta("k", "v")  # a write unit: the unit lock, then the upsert
+        lock, upsert = seen[-2:]
+    assert single[0].startswith("SELECT") and single[1] is True
+    assert snapshot[1:] == (False, IsolationLevel.REPEATABLE_READ, True)
+    assert "pg_advisory_xact_lock(" in lock[0] and upsert[0].startswith("INSERT")
+    assert lock[1:] == upsert[1:] == (False, IsolationLevel.READ_COMMITTED, False)
+
+
 # --------------------------------------------------------------------------- the unit lock
 
 
