@@ -266,6 +266,9 @@ class HeldConnections:
         self._lock = threading.RLock()
         self._closed = False
 
+    #: the doors use ``get()`` (kept) rather than ``checkout()`` (``PooledConnections``)
+    held = True
+
     def get(self) -> sa.Connection:
         """This thread's connection (checked out on first use)."""
         slot = getattr(self._local, "slot", None)
@@ -320,6 +323,37 @@ def _close_quietly(conn: sa.Connection) -> None:
         log.debug("closing a held connection failed: %s", exc)
 
 
+class PooledConnections:
+    """A connection checked out of the engine's pool for one unit or one read, and
+    returned right after (PostgreSQL; see ``postgres.HOLD_CONNECTIONS`` for why).
+
+    The same role as ``HeldConnections`` (``held`` tells the doors which one they
+    have): every checkout passes the pool's pre-ping, so a connection the server
+    dropped (a restart, an idle timeout) is replaced between units instead of failing
+    the next one, and a process holds only the connections it is using.
+    """
+
+    held = False
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._closed = False
+
+    def checkout(self) -> sa.Connection:
+        """A connection of its own until it is closed (use it in a ``with`` block)."""
+        if self._closed:
+            from .errors import StoreClosedError
+
+            raise StoreClosedError(self._engine.url.database)
+        return self._engine.connect()
+
+    def __len__(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self._closed = True
+
+
 def writer(engine: Engine) -> Engine:
     """The same engine, beginning every transaction with BEGIN IMMEDIATE."""
     return engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
@@ -328,6 +362,12 @@ def writer(engine: Engine) -> Engine:
 def autocommit(engine: Engine) -> Engine:
     """The same engine, with no BEGIN at all (checkpoints, VACUUM, pragmas)."""
     return engine.execution_options(**{BEGIN_MODE: None})
+
+
+def reader(engine: Engine) -> Engine:
+    """The same engine, beginning every transaction as a read snapshot (SQLite's
+    default BEGIN DEFERRED; on PostgreSQL the begin hook's REPEATABLE READ, READ ONLY)."""
+    return engine.execution_options(**{BEGIN_MODE: "DEFERRED"})
 
 
 # --------------------------------------------------------------------------- write units
@@ -370,11 +410,43 @@ def is_busy_error(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
+def _from_psycopg(exc: BaseException) -> bool:
+    """Whether a driver error is psycopg's (PostgreSQL), without importing psycopg."""
+    return (type(getattr(exc, "orig", None) or exc).__module__ or "").startswith("psycopg")
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """A failure after which the whole unit is re-run: SQLite's busy/locked, and on
+    PostgreSQL serialization failures, deadlocks and lock timeouts (``postgres``)."""
+    if _from_psycopg(exc):
+        from . import postgres
+
+        return postgres.is_transient(exc)
+    return isinstance(exc, sa.exc.OperationalError) and is_busy_error(exc)
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """The connection broke or could not be made (PostgreSQL: a server restart, the
+    network). A SQLite file has no connection to lose."""
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    if _from_psycopg(exc):
+        from . import postgres
+
+        return postgres.is_connection_lost(exc)
+    return False
+
+
 def translate_error(exc: BaseException, path: object) -> BaseException | None:
     """Map a driver error to the package's own error (which says what to do), or
-    None to re-raise as is. The one place that reads SQLite's result codes."""
+    None to re-raise as is. The one place that reads SQLite's result codes; psycopg's
+    errors go to ``postgres.translate_error``."""
     from . import errors
 
+    if _from_psycopg(exc):
+        from . import postgres
+
+        return postgres.translate_error(exc, path)
     name = sqlite_error_name(exc)
     text = str(getattr(exc, "orig", exc))
     if is_busy_error(exc):
@@ -409,21 +481,41 @@ def translate_error(exc: BaseException, path: object) -> BaseException | None:
 
 
 class WriteUnits:
-    """Runs callables as ``BEGIN IMMEDIATE`` units, re-running a unit whole when the
-    write lock is busy.
+    """Runs callables as write units, re-running a unit whole when it failed on
+    contention (decisions D8, D13).
 
     A unit is retried only when it failed *before* its COMMIT returned, so a unit that
-    committed is never applied twice. One unit at a time per instance: threads of one
-    process queue on a lock instead of spinning in SQLite's busy handler. Each thread
-    runs its units on its own held writer connection (``HeldConnections``).
+    committed is never applied twice; a connection lost while COMMIT was on its way
+    (PostgreSQL) is an unknown outcome, raised as ``CommitOutcomeUnknownError`` and
+    never retried.
+
+    SQLite (``hold_connections=True``, ``serialize=True``): each thread runs its units
+    on its own held writer connection (``HeldConnections``), one unit at a time per
+    instance: threads of one process queue on a lock instead of spinning in SQLite's
+    busy handler; every unit begins with ``BEGIN IMMEDIATE``.
+
+    PostgreSQL: each unit checks a connection out of the pool (``PooledConnections``),
+    begins READ COMMITTED (the engine's begin hook) and takes the store's unit lock
+    first (``postgres.lock_unit``): exclusive, or shared for units declared
+    ``concurrent``. Threads and processes run side by side; serialization failures,
+    deadlocks and lock timeouts re-run the unit, and so does a connection lost before
+    COMMIT (the server rolled the transaction back), on a fresh connection.
     """
 
-    def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object) -> None:
-        self._writers = HeldConnections(writer(engine))
+    def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
+                 hold_connections: bool = True, serialize: bool = True) -> None:
+        connections = HeldConnections if hold_connections else PooledConnections
+        self._writers = connections(writer(engine))
         self._maintenance = autocommit(engine)
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._lock_unit = None
+        if engine.dialect.name == "postgresql":
+            from . import postgres
+
+            self._lock_unit = postgres.lock_unit
         self.policy = policy
         self.label = label
-        self._lock = threading.RLock()
+        self._lock = threading.RLock() if serialize else None
         self._local = threading.local()
         self.committed = 0
         #: busy retries seen since creation (load tests and benchmarks report it)
@@ -433,47 +525,106 @@ class WriteUnits:
         """The connection of the unit running on this thread, if any."""
         return getattr(self._local, "conn", None)
 
-    def run(self, fn: Callable[[sa.Connection], T]) -> T:
-        from .errors import StoreBusyError
-
+    def run(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
+        """Run ``fn(conn)`` as one unit and return its result. ``concurrent=True``
+        declares that the unit only changes rows through statements that lock them
+        (no read-decide-write), so on PostgreSQL it may run beside other such units;
+        SQLite runs every unit alone either way."""
         joined = self.active_connection()
         if joined is not None:
             # A unit started inside a unit joins it: a second BEGIN IMMEDIATE on another
             # connection would wait for the lock this thread already holds.
+            if not concurrent and self._local.concurrent and self._lock_unit is not None:
+                self._lock_unit(joined, exclusive=True)  # it must run alone after all
+                self._local.concurrent = False
             return fn(joined)
-        policy = self.policy
-        conn = self._writers.get()
+        if self._lock is None:
+            return self._run(fn, concurrent)
         with self._lock:
-            for attempt in range(1, policy.attempts + 1):
-                try:
-                    with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
-                        self._local.conn = conn
-                        try:
-                            result = fn(conn)
-                        finally:
-                            self._local.conn = None
-                except BaseException as exc:
-                    end_failed_transaction(conn)
-                    if not isinstance(exc, sa.exc.DatabaseError):
-                        raise
-                    if not (isinstance(exc, sa.exc.OperationalError) and is_busy_error(exc)):
-                        mapped = translate_error(exc, self.label)
-                        if mapped is not None:
-                            raise mapped from exc
-                        raise
-                    if attempt == policy.attempts:
+            return self._run(fn, concurrent)
+
+    def _run(self, fn, concurrent: bool):
+        from .errors import CommitOutcomeUnknownError, StoreBusyError
+
+        policy, writers = self.policy, self._writers
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                if writers.held:
+                    result = self._attempt(writers.get(), fn, concurrent)
+                else:
+                    with writers.checkout() as conn:
+                        result = self._attempt(conn, fn, concurrent)
+            except CommitOutcomeUnknownError:
+                raise
+            except BaseException as exc:
+                if not isinstance(exc, sa.exc.DBAPIError):
+                    raise
+                transient = is_transient_error(exc)
+                if not transient and not is_connection_lost(exc):
+                    mapped = translate_error(exc, self.label)
+                    if mapped is not None:
+                        raise mapped from exc
+                    raise
+                if attempt == policy.attempts:
+                    if transient:
                         raise StoreBusyError(self.label, attempt, exc.orig) from exc
-                    self.retries += 1
-                    time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
-                    continue
-                self.committed += 1
-                if policy.checkpoint_every and self.committed % policy.checkpoint_every == 0:
-                    self.checkpoint()
-                return result
+                    mapped = translate_error(exc, self.label)  # the server stayed away
+                    if mapped is not None:
+                        raise mapped from exc
+                    raise
+                self.retries += 1
+                time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
+                continue
+            self.committed += 1
+            if self._sqlite and policy.checkpoint_every \
+                    and self.committed % policy.checkpoint_every == 0:
+                self.checkpoint()
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(self, conn: sa.Connection, fn, concurrent: bool):
+        """One try of a unit on ``conn``: begin, (lock,) run, commit."""
+        local = self._local
+        if uses_driver(conn.dialect):
+            with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
+                local.conn, local.concurrent = conn, concurrent
+                try:
+                    return fn(conn)
+                finally:
+                    local.conn = None
+        try:
+            trans = conn.begin()  # the begin hook picks the dialect's mode
+            if self._lock_unit is not None:
+                self._lock_unit(conn, exclusive=not concurrent)
+            local.conn, local.concurrent = conn, concurrent
+            try:
+                result = fn(conn)
+            finally:
+                local.conn = None
+        except BaseException:
+            end_failed_transaction(conn)
+            raise
+        try:
+            trans.commit()
+        except BaseException as exc:
+            end_failed_transaction(conn)
+            if isinstance(exc, sa.exc.DBAPIError) and is_connection_lost(exc):
+                from .errors import CommitOutcomeUnknownError
+
+                raise CommitOutcomeUnknownError(
+                    f"{self.label}: the connection was lost while the write was being "
+                    f"committed ({getattr(exc, 'orig', exc)}); the server may or may not "
+                    "have stored it. It was not retried (that could store it twice): "
+                    "read the data back before writing it again."
+                ) from exc
+            raise
+        return result
 
     def close(self) -> None:
         """Release every thread's writer connection, once a running unit has finished."""
+        if self._lock is None:
+            self._writers.close()
+            return
         with self._lock:
             self._writers.close()
 
@@ -481,8 +632,11 @@ class WriteUnits:
         """Copy WAL frames back into the database without waiting for readers.
 
         Best effort by design (a busy checkpoint just happens next time), but a
-        failure is logged, never hidden.
+        failure is logged, never hidden. PostgreSQL checkpoints on its own: nothing
+        to do there (None).
         """
+        if not self._sqlite:
+            return None
         try:
             with self._maintenance.connect() as conn:
                 return tuple(conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})").one())
@@ -498,6 +652,8 @@ def end_failed_transaction(conn: sa.Connection) -> None:
     try:
         if conn.in_transaction():
             conn.rollback()
+        if conn.dialect.name != "sqlite":
+            return  # sqlite3's own flag; elsewhere a lost connection must not be revived
         dbapi_conn = conn.connection.dbapi_connection
         if getattr(dbapi_conn, "in_transaction", False):
             dbapi_conn.rollback()
@@ -509,10 +665,24 @@ def vacuum(engine: Engine, label: object) -> None:
     """Rewrite the file compactly (``VACUUM`` runs outside any transaction).
 
     It needs the write lock for its whole run; when another writer holds it the
-    busy timeout applies once and a ``StoreBusyError`` says to retry later.
+    busy timeout applies once and a ``StoreBusyError`` says to retry later. On
+    PostgreSQL its counterpart runs: ``VACUUM (ANALYZE)`` of the store's tables
+    (``postgres.vacuum``), which blocks nobody.
     """
     from .errors import StoreBusyError
 
+    if engine.dialect.name == "postgresql":
+        from . import postgres
+        from .schema import metadata
+
+        try:
+            postgres.vacuum(engine, [table.name for table in metadata.sorted_tables])
+        except sa.exc.DBAPIError as exc:
+            mapped = translate_error(exc, label)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        return
     try:
         with autocommit(engine).connect() as conn:
             conn.exec_driver_sql("VACUUM")

@@ -140,3 +140,9 @@ class ServerUnreachableError(HermesStoreError):
 
 class UnsupportedServerError(HermesStoreError):
     """The database server lacks what the store needs (version, encoding, extension)."""
+
+
+class CommitOutcomeUnknownError(HermesStoreError):
+    """The connection was lost while a write unit's COMMIT was on its way: the server
+    may or may not have applied it. Never retried (a retried append would be stored
+    twice); the caller must look before writing again."""

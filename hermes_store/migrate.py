@@ -930,6 +930,10 @@ def upgrade_telegram_topics(
     file, whose main chain must be at head. ``only_if_present``: upgrade tables the file
     already has (e.g. an upstream file that opted in), never create them.
     """
+    if connection is not None and connection.dialect.name == "postgresql":
+        from . import migrate_pg
+
+        return migrate_pg.create_telegram_topics(connection, revision)
     if connection is not None:
         with _ALEMBIC_RUN:
             command.upgrade(telegram_topics_config(connection=connection), revision)

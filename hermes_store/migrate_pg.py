@@ -202,6 +202,53 @@ def ensure_schema(target: Target, *, auto_upgrade: bool = True, read_only: bool 
     upgrade(target, "head")
 
 
+# --------------------------------------------------------------------------- Telegram topics
+
+
+def create_telegram_topics(conn: sa.Connection, revision: str = "head") -> str:
+    """The Telegram topic opt-in on PostgreSQL, inside the caller's transaction
+    (``SessionDB.apply_telegram_topic_migration``'s write unit).
+
+    A PostgreSQL database has no tables upstream Hermes created and no older shape of
+    them, so the branch's tables are created at its head from ``telegram_schema``'s Core
+    metadata (the declarations the branch's revisions must end at, tested on SQLite),
+    stamped in the branch's own version table, and upstream's ``state_meta`` key is
+    written — one source for the shape, no Alembic run. From the branch's next revision
+    on, the paired-revision rule applies to it as to the main chain; until a revision
+    handles PostgreSQL, a database below the head is refused here."""
+    from . import migrate
+    from . import telegram_schema as T
+
+    head = migrate.telegram_topics_head()
+    if revision not in ("head", "heads", head):
+        raise errors.SchemaError(
+            f"the Telegram topic tables are created at the branch head ({head}) on "
+            f"PostgreSQL; {revision} cannot be chosen"
+        )
+    version = sa.Table(T.VERSION_TABLE, sa.MetaData(),
+                       sa.Column("version_num", sa.String(32), primary_key=True))
+    inspector = sa.inspect(conn)
+    if inspector.has_table(T.VERSION_TABLE):
+        at = conn.execute(sa.select(version.c.version_num)).scalar()
+        if at == head:
+            return head
+        raise errors.SchemaError(
+            f"the Telegram topic tables are at revision {at}, this hermes_store creates "
+            f"them at {head} on PostgreSQL and has no step between the two"
+        )
+    found = [name for name in T.TABLE_NAMES if inspector.has_table(name)]
+    if found:
+        raise errors.SchemaError(
+            f"{', '.join(found)} exist(s) without {T.VERSION_TABLE}: created by another "
+            "tool; drop them or stamp them before opting in"
+        )
+    T.metadata.create_all(conn)
+    version.create(conn)
+    conn.execute(version.insert().values(version_num=head))
+    migrate.write_telegram_topic_meta(conn, head)
+    return head
+
+
 # --------------------------------------------------------------------------- env.py
 
 
@@ -390,6 +437,7 @@ __all__ = [
     "check",
     "classify",
     "create_head",
+    "create_telegram_topics",
     "current",
     "downgrade",
     "ensure_schema",

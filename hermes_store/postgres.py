@@ -136,20 +136,66 @@ def install_text_codec(dbapi_conn) -> None:
 
 # --------------------------------------------------------------------------- engine
 
+#: Whether a store keeps one connection per thread (``engine.HeldConnections``) on
+#: PostgreSQL as it does on SQLite. It does not: see docs/postgres.md, "Connections".
+HOLD_CONNECTIONS = False
+
+#: URL query keys that size the pool: taken out of the URL (psycopg would refuse them)
+#: and handed to SQLAlchemy's pool, so a ``--db URL`` can size it too
+POOL_QUERY_KEYS = ("pool_size", "max_overflow", "pool_timeout")
+DEFAULT_POOL_SIZE = 5
+DEFAULT_MAX_OVERFLOW = 10
+#: execution option read by the begin hook (the same name and values as engine.py's:
+#: "IMMEDIATE" a write unit, "DEFERRED" a read snapshot, None no transaction)
+BEGIN_MODE = "hermes_begin"
+
+
+def pool_settings(target: Target, **given) -> tuple[Target, dict]:
+    """The target without the pool keys of its URL query, and the pool's keyword
+    arguments: an explicit argument wins over the URL, the URL over the defaults."""
+    query = dict(target.url.query)
+    settings: dict = {"pool_size": DEFAULT_POOL_SIZE, "max_overflow": DEFAULT_MAX_OVERFLOW}
+    for key in POOL_QUERY_KEYS:
+        if key in query:
+            raw = query.pop(key)
+            try:
+                settings[key] = float(raw) if key == "pool_timeout" else int(raw)
+            except (TypeError, ValueError):
+                raise errors.DatabaseURLError(
+                    f"{target.display}: {key}={raw!r} in the URL is not a number"
+                ) from None
+    settings.update({k: v for k, v in given.items() if v is not None})
+    if len(query) != len(target.url.query):
+        target = Target(target.backend, target.url.set(query=query), target.path, target.source)
+    return target, settings
+
 
 def create_engine(
     target: Target,
     *,
-    pool_size: int = 5,
-    max_overflow: int = 10,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+    pool_timeout: float | None = None,
     pool_pre_ping: bool = True,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     poolclass=None,
+    lock_timeout: float | None = None,
+    read_only: bool = False,
 ) -> Engine:
-    """A pooled engine for a PostgreSQL target (``DriverMissingError`` without psycopg)."""
+    """A pooled engine for a PostgreSQL target (``DriverMissingError`` without psycopg).
+
+    Pool sizes come from the arguments, else the URL's query (``?pool_size=10``), else
+    5 + 10 overflow. ``lock_timeout`` (seconds) bounds every wait for a row or advisory
+    lock: the wait ends with SQLSTATE 55P03, which the write-unit runner retries like
+    SQLite's busy timeout. ``read_only`` makes every transaction of every connection
+    read-only on the server (``default_transaction_read_only``), so a write that gets
+    past the store's own check still fails.
+    """
     if not target.is_postgresql:
         raise ValueError(f"{target.display} is not a PostgreSQL database")
     require_driver(target)
+    target, pool = pool_settings(target, pool_size=pool_size, max_overflow=max_overflow,
+                                 pool_timeout=pool_timeout)
     connect_args = {}
     if "connect_timeout" not in target.url.query:
         connect_args["connect_timeout"] = connect_timeout
@@ -158,18 +204,121 @@ def create_engine(
     # Text is UTF-8 both ways, whatever the server's default (a SQL_ASCII database would
     # otherwise hand back bytes; check_server then refuses it with a clear message).
     connect_args["client_encoding"] = "utf8"
-    kwargs = {"poolclass": poolclass} if poolclass is not None else {
-        "pool_size": pool_size, "max_overflow": max_overflow,
-    }
+    # Session settings travel in the startup packet: no round trip per new connection.
+    settings = []
+    if lock_timeout is not None:
+        settings.append(f"-c lock_timeout={max(1, int(lock_timeout * 1000))}")
+    if read_only:
+        settings.append("-c default_transaction_read_only=on")
+    if settings:
+        given = target.url.query.get("options")
+        connect_args["options"] = " ".join(([given] if given else []) + settings)
+    kwargs = {"poolclass": poolclass} if poolclass is not None else pool
     engine = sa.create_engine(
         target.url, connect_args=connect_args, pool_pre_ping=pool_pre_ping, **kwargs
     )
     event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _begin_hook(read_only))
     return engine
 
 
 def _on_connect(dbapi_conn, _record) -> None:
     install_text_codec(dbapi_conn)
+
+
+def _begin_hook(read_only_store: bool):
+    """The transaction mode per ``hermes_begin`` (decision D13), set on the psycopg
+    connection just before it sends its implicit BEGIN (attributes only, no round trip):
+
+    * ``"IMMEDIATE"`` (a write unit): READ COMMITTED, read-write. Rows a statement changes
+      are locked until COMMIT; what a unit reads then writes is kept consistent by the
+      unit lock (:func:`lock_unit`) rather than by a stricter level, so appends to one
+      session queue on its row instead of failing with serialization errors;
+    * ``"DEFERRED"`` (a read snapshot): REPEATABLE READ, READ ONLY — one snapshot for
+      every statement of the block (READ COMMITTED would take one per statement);
+    * ``None``: autocommit, for a single statement (one round trip instead of three)
+      and for maintenance that cannot run in a transaction (VACUUM);
+    * no option: the server's defaults, unless SQLAlchemy's own ``isolation_level``
+      option manages the connection (``migration_lock``'s autocommit).
+    """
+    from psycopg import IsolationLevel
+
+    read_committed, repeatable_read = IsolationLevel.READ_COMMITTED, IsolationLevel.REPEATABLE_READ
+    # None leaves the server default; on a read-only store that is "read only"
+    writable = None if read_only_store else False
+
+    def on_begin(conn) -> None:
+        options = conn.get_execution_options()
+        dbapi_conn = conn.connection.dbapi_connection
+        if BEGIN_MODE not in options:
+            if "isolation_level" in options:
+                return
+            mode = "DEFAULT"
+        else:
+            mode = options[BEGIN_MODE]
+        if mode is None:
+            if not dbapi_conn.autocommit:
+                dbapi_conn.autocommit = True
+            return
+        if dbapi_conn.autocommit:
+            dbapi_conn.autocommit = False
+        if mode == "DEFERRED":
+            dbapi_conn.isolation_level, dbapi_conn.read_only = repeatable_read, True
+        elif mode == "IMMEDIATE":
+            dbapi_conn.isolation_level, dbapi_conn.read_only = read_committed, writable
+        else:
+            dbapi_conn.isolation_level, dbapi_conn.read_only = None, writable
+
+    return on_begin
+
+
+#: key of the transaction-level advisory lock of write units (the first 8 bytes of
+#: sha256("hermes_store.write_unit"), as a signed bigint); see :func:`lock_unit`
+UNIT_LOCK_KEY = -0x3A9B_5C0E_1D27_64F3
+_LOCK_EXCLUSIVE = sa.text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=UNIT_LOCK_KEY)
+_LOCK_SHARED = sa.text("SELECT pg_advisory_xact_lock_shared(:key)").bindparams(
+    key=UNIT_LOCK_KEY)
+
+
+def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
+    """The first statement of a write unit on PostgreSQL: the store's unit lock,
+    held until the unit commits or rolls back.
+
+    A unit takes it exclusively unless it declared itself ``concurrent``: then every
+    unit that reads, decides and writes (a title claim, numbering, a cascade delete, an
+    upsert that reads first) runs alone, exactly as every unit does on SQLite, while
+    the hot units that only change rows through statements that lock them (appending
+    messages) share it and run side by side. The lock queue is fair: a waiting
+    exclusive unit is not starved by a stream of shared ones.
+    """
+    conn.execute(_LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED)
+
+
+def stamped_at_head(engine: Engine, head: str) -> bool:
+    """True when the database's ``alembic_version`` holds the head and
+    ``schema_version`` its number: the usual open, answered in two statements without
+    Alembic. Anything else (no tables, another revision) is False, for
+    ``migrate_pg`` to judge; connection errors propagate."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(**{BEGIN_MODE: None})
+        try:
+            stamps = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+            versions = conn.exec_driver_sql("SELECT version FROM schema_version").all()
+        except sa.exc.ProgrammingError:  # a table is missing: not a store at head
+            conn.rollback()
+            return False
+    return [tuple(r) for r in stamps] == [(head,)] and \
+        [tuple(r) for r in versions] == [(int(head),)]
+
+
+def vacuum(engine: Engine, tables) -> None:
+    """PostgreSQL's counterpart of SQLite's ``VACUUM``: ``VACUUM (ANALYZE)`` of the
+    store's tables (dead rows become reusable space, the planner's statistics are
+    refreshed). It runs outside a transaction and does not block readers or writers;
+    autovacuum does the same on its own schedule."""
+    names = ", ".join(tables)
+    with engine.connect() as conn:
+        conn.execution_options(**{BEGIN_MODE: None}).exec_driver_sql(f"VACUUM (ANALYZE) {names}")
 
 
 # --------------------------------------------------------------------------- errors
@@ -193,15 +342,55 @@ def _driver_error(exc: BaseException) -> BaseException:
     return getattr(exc, "orig", None) or exc
 
 
-def translate_error(exc: BaseException, target: Target) -> errors.HermesStoreError | None:
-    """Map a psycopg (or SQLAlchemy-wrapped) error to the package's, or None."""
+#: SQLSTATEs after which a write unit is re-run whole (decision D13): serialization
+#: failure, deadlock, and a lock wait that ran past ``lock_timeout`` (SQLite's busy)
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+
+
+def is_psycopg_error(exc: BaseException) -> bool:
+    return (type(_driver_error(exc)).__module__ or "").startswith("psycopg")
+
+
+def sqlstate_of(exc: BaseException) -> str:
+    return getattr(_driver_error(exc), "sqlstate", None) or ""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that re-running the whole unit can cure (the unit was rolled back)."""
+    return sqlstate_of(exc) in TRANSIENT_SQLSTATES
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """The connection broke or could not be made (server restarted, network): the
+    transaction on it, if any, is gone, and a fresh connection may work."""
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    orig = _driver_error(exc)
+    if not is_psycopg_error(orig):
+        return False
+    sqlstate = sqlstate_of(orig)
+    if sqlstate:
+        return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
+    return type(orig).__name__ == "OperationalError"
+
+
+def translate_error(exc: BaseException, target: object) -> errors.HermesStoreError | None:
+    """Map a psycopg (or SQLAlchemy-wrapped) error to the package's, or None.
+    ``target`` names the database in messages (a ``Target`` prints masked)."""
     orig = _driver_error(exc)
     module = type(orig).__module__ or ""
     if not module.startswith("psycopg"):
         return None
     text = " ".join(str(orig).split())
     sqlstate = getattr(orig, "sqlstate", None) or ""
-    where = target.display
+    where = str(target)
+    if sqlstate == "25006":
+        return errors.StoreReadOnlyError(where)
+    if sqlstate == "53100":
+        return errors.StoreFullError(
+            f"{where}: the server's disk is full ({text}); the write was rolled back and "
+            "nothing was stored. Free space on the server and retry."
+        )
     if _MISSING_DATABASE.search(text) or sqlstate == "3D000":
         return errors.StoreNotFoundError(
             f"{where}: the database does not exist on that server ({text}); create it "
@@ -299,12 +488,20 @@ def migration_lock(engine: Engine, key: int = MIGRATION_LOCK_KEY) -> Iterator[No
 __all__ = [
     "MIGRATION_LOCK_KEY",
     "MIN_SERVER_VERSION",
+    "TRANSIENT_SQLSTATES",
+    "UNIT_LOCK_KEY",
     "check_server",
     "create_engine",
     "decode_text",
     "encode_text",
     "install_text_codec",
+    "is_connection_lost",
+    "is_transient",
+    "lock_unit",
     "migration_lock",
     "pg_errors",
+    "pool_settings",
+    "stamped_at_head",
     "translate_error",
+    "vacuum",
 ]

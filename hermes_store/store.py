@@ -1,17 +1,31 @@
 """``SessionDB``: the session store, a drop-in for upstream Hermes' ``SessionDB``.
 
 It is composed of one mixin per concern (``hermes_store.repository``); this module
-only opens and closes the file:
+only opens and closes the database. Which one is decided once by
+``hermes_store.location.resolve`` (decision D11): a path or ``sqlite:///PATH`` is a
+SQLite file, a ``postgresql+psycopg://…`` URL a PostgreSQL database, and with nothing
+given ``$HERMES_STATE_DATABASE_URL``, else ``$HERMES_HOME/state.db`` (at call time).
 
-1. resolve the path (``$HERMES_HOME/state.db`` when none is given, at call time);
-2. refuse a symlink planted at the path or a sidecar; create the folder and, for a
+A SQLite file:
+
+1. refuse a symlink planted at the path or a sidecar; create the folder and, for a
    new database, the file with mode 0600 (SQLite gives ``-wal``/``-shm`` the
    database file's mode);
-3. check through SQLite that the file is a readable database, before any write
+2. check through SQLite that the file is a readable database, before any write
    (healing one pattern, duplicated full-text schema entries: ``schema_repair``);
-4. bring the schema to head with ``hermes_store.migrate`` (adopting a file upstream
+3. bring the schema to head with ``hermes_store.migrate`` (adopting a file upstream
    Hermes wrote), or refuse with the command to run when ``auto_upgrade=False``;
-5. create the engine (connect/begin hooks) and the write-unit runner.
+4. create the engine (connect/begin hooks) and the write-unit runner.
+
+A PostgreSQL database (``hermes_store.postgres``, imported only then):
+
+1. create the pooled engine (the NUL codec, the begin hook's transaction modes,
+   ``lock_timeout`` = the retry policy's busy timeout, read-only transactions for
+   ``read_only=True``);
+2. check the schema: two statements answer "at head?"; anything else goes to
+   ``migrate_pg.ensure_schema`` (an empty database gets the baseline, under the
+   migration lock), or is refused with the command to run;
+3. create the unit runner and the pooled readers.
 
     with SessionDB("/tmp/state.db") as db:
         db.create_session("s1", "cli", model="m")
@@ -27,14 +41,22 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from . import revisions, schema
-from .engine import HeldConnections, RetryPolicy, WriteUnits, create_engine
+from .engine import (
+    HeldConnections,
+    PooledConnections,
+    RetryPolicy,
+    WriteUnits,
+    autocommit,
+    create_engine,
+    reader,
+)
 from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
     StoreNotFoundError,
     UnsafePathError,
 )
-from .paths import default_db_path
+from .location import Given, Target, resolve
 from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
@@ -141,20 +163,35 @@ class SessionDB(
     LookupsMixin,
     TelegramTopicsMixin,
 ):
-    """The Hermes session store over one SQLite file (see the module docstring)."""
+    """The Hermes session store over one SQLite file or one PostgreSQL database (see
+    the module docstring)."""
 
     def __init__(
         self,
-        db_path: str | os.PathLike | None = None,
+        db_path: Given = None,
         read_only: bool = False,
         *,
         auto_upgrade: bool = True,
         retry: RetryPolicy = RetryPolicy(),
+        pool_size: int | None = None,
+        max_overflow: int | None = None,
     ) -> None:
-        path = Path(db_path).expanduser() if db_path is not None else default_db_path()
-        self.db_path = path
+        target = resolve(db_path)
+        #: the database (``display`` names it: a path, or the URL with its password masked)
+        self.target: Target = target
+        #: the SQLite file, or None on PostgreSQL
+        self.db_path: Path | None = target.path
         self.read_only = bool(read_only)
         self.retry = retry
+        self._snapshots = threading.local()
+        if target.is_postgresql:
+            self._open_server(target, auto_upgrade, pool_size=pool_size,
+                              max_overflow=max_overflow)
+        else:
+            self._open_file(target.path, auto_upgrade)
+
+    def _open_file(self, path: Path, auto_upgrade: bool) -> None:
+        retry = self.retry
         _check_not_symlink(path)
         if not path.exists():
             if self.read_only:
@@ -170,15 +207,37 @@ class SessionDB(
         probe_or_heal(path, read_only=self.read_only)  # heals only duplicated FTS schema rows
         ensure_schema(path, auto_upgrade=auto_upgrade, read_only=self.read_only)
         engine = create_engine(path, read_only=self.read_only, busy_timeout=retry.busy_timeout)
-        self._snapshots = threading.local()
         self._engine = engine
         self._units = WriteUnits(engine, retry, label=path)
         self._readers = HeldConnections(engine)
 
+    def _open_server(self, target: Target, auto_upgrade: bool, **pool) -> None:
+        from . import postgres
+
+        engine = postgres.create_engine(target, lock_timeout=self.retry.busy_timeout,
+                                        read_only=self.read_only, **pool)
+        try:
+            with postgres.pg_errors(target):
+                at_head = postgres.stamped_at_head(engine, revisions.head())
+            if not at_head:
+                from . import migrate_pg
+
+                migrate_pg.ensure_schema(target, auto_upgrade=auto_upgrade,
+                                         read_only=self.read_only)
+        except BaseException:
+            engine.dispose()
+            raise
+        self._engine = engine
+        self._units = WriteUnits(engine, self.retry, label=target,
+                                 hold_connections=postgres.HOLD_CONNECTIONS, serialize=False)
+        connections = HeldConnections if postgres.HOLD_CONNECTIONS else PooledConnections
+        self._readers = connections(reader(engine))
+        self._singles = connections(autocommit(engine))
+
     def close(self) -> None:
-        """Checkpoint (PASSIVE: never waits for, or disturbs, other processes) and
-        release the file. Idempotent; any other call afterwards raises
-        ``StoreClosedError``."""
+        """Checkpoint (SQLite, PASSIVE: never waits for, or disturbs, other processes)
+        and release the database (PostgreSQL: the pool's connections). Idempotent; any
+        other call afterwards raises ``StoreClosedError``."""
         engine, units = self._engine, self._units
         if engine is None:
             return
@@ -212,7 +271,7 @@ class SessionDB(
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("read-only" if self.read_only else "open")
-        return f"SessionDB({str(self.db_path)!r}, {state})"
+        return f"SessionDB({self.target.display!r}, {state})"
 
 
 def _scrub_argument(value):

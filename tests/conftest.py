@@ -70,5 +70,32 @@ def upstream_fixture(request, tmp_path) -> Path:
     return copy_fixture(request.param, tmp_path)
 
 
+#: the engines a test that asks for ``backend`` (``db``) runs on, in this order
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc):
+    """Run every test that uses the ``backend`` fixture (the repository's ``db``) on
+    both engines; ``@pytest.mark.sqlite_only("why")`` keeps a test about SQLite files
+    on SQLite. A test that asks for ``db_path`` (the file behind ``db``) must say so."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("sqlite_only") is not None:
+        backends = ["sqlite"]
+    elif "db_path" in metafunc.fixturenames:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid} uses db_path (a SQLite file) with db, which "
+            "runs on PostgreSQL too: read through the store, or mark the test "
+            "@pytest.mark.sqlite_only('why')"
+        )
+    else:
+        backends = list(BACKENDS)
+    metafunc.parametrize("backend", backends, indirect=True)
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # the [postgresql] runs of engine-parametrized tests
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgresql" in callspec.params.values():
+            item.add_marker(pytest.mark.postgres)
     mark_postgres_items(items)

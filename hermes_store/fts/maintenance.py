@@ -19,6 +19,13 @@ for a rebuild, a short write transaction per ``optimize`` call.
 ``fts_sizes(conn) -> dict[str, int]``
     Bytes used by each index (its shadow tables), from ``dbstat`` where SQLite has it,
     else an estimate from the stored payload.
+``usable_indexes(conn) -> list[str]``
+    The indexes present and usable here (by the FTS5 tables' names).
+
+On a PostgreSQL connection each function hands over to its counterpart in
+``hermes_store.fts.postgres`` (``REINDEX``, validity checks, ``gin_clean_pending_list`` +
+``ANALYZE``, relation sizes), so callers — the repository's maintenance concern, the
+CLI — never ask which engine they have.
 """
 
 from __future__ import annotations
@@ -43,6 +50,25 @@ ProgressCallback = Callable[[str, int, int], None]
 
 _BASE_TRIGGERS = tuple(t for t in ddl.FTS_TRIGGERS if t not in ddl.CJK_TRIGGERS)
 _REBUILD_HINT = "rebuild the full-text index (hermes_store.fts.maintenance.rebuild)"
+
+
+def _postgres(conn: Connection):
+    """``fts.postgres`` when ``conn`` is PostgreSQL's, else None."""
+    if conn.dialect.name != "postgresql":
+        return None
+    from . import postgres
+
+    return postgres
+
+
+def usable_indexes(conn: Connection) -> list[str]:
+    """The full-text indexes present and usable on this connection."""
+    if _postgres(conn) is not None:
+        from .query_pg import available_indexes
+
+        found = available_indexes(conn)
+        return [t for t in (ddl.FTS_TABLE, ddl.TRIGRAM_TABLE) if t in found]
+    return _usable_tables(conn)
 
 
 def _present_tables(conn: Connection) -> list[str]:
@@ -70,6 +96,9 @@ def _meta_int(conn: Connection, key: str) -> int | None:
 
 def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> list[str]:
     """Rebuild every usable index from its source view; returns the tables rebuilt."""
+    postgres = _postgres(conn)
+    if postgres is not None:
+        return postgres.rebuild(conn, progress=progress)
     tables = _usable_tables(conn)
     for done, table in enumerate(tables, start=1):
         conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
@@ -89,6 +118,9 @@ def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> li
 
 
 def integrity_check(conn: Connection) -> list[str]:
+    postgres = _postgres(conn)
+    if postgres is not None:
+        return postgres.integrity_check(conn)
     problems: list[str] = []
     present = _present_tables(conn)
     for table in (ddl.FTS_TABLE, ddl.TRIGRAM_TABLE):
@@ -160,7 +192,11 @@ def merge_step(
 
 
 def optimize(conn: Connection, *, pages: int = MERGE_PAGES, steps: int = MERGE_STEPS) -> bool:
-    """Bounded incremental optimize of every usable index; True when fully merged."""
+    """Bounded incremental optimize of every usable index; True when fully merged
+    (PostgreSQL's counterpart finishes in one call)."""
+    postgres = _postgres(conn)
+    if postgres is not None:
+        return postgres.optimize(conn)
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps!r}")
     finished = True
@@ -176,6 +212,9 @@ def optimize(conn: Connection, *, pages: int = MERGE_PAGES, steps: int = MERGE_S
 
 def fts_sizes(conn: Connection) -> dict[str, int]:
     """Bytes per index (sum over its shadow tables); estimated where dbstat is missing."""
+    postgres = _postgres(conn)
+    if postgres is not None:
+        return postgres.fts_sizes(conn)
     sizes: dict[str, int] = {}
     for table in _present_tables(conn):
         shadows = [
@@ -226,4 +265,5 @@ __all__ = [
     "merge_step",
     "optimize",
     "rebuild",
+    "usable_indexes",
 ]

@@ -14,6 +14,9 @@ with portable Core filters).
   ``LIKE`` scan for CJK terms too short for trigram (< 3 characters).
 * SQL pieces: ``fts_source``/``match``/``snippet``/``rank`` for a MATCH query,
   ``available_indexes(conn)``; ``like_snippet`` (Python) for the LIKE route.
+* ``search_sql(dialect)`` — the pieces a route's statements are built from, for the
+  connection's engine: ``FTS5_SEARCH`` (here) on SQLite, ``query_pg.PG_SEARCH`` on
+  PostgreSQL. The repository composes only these, so its search code has no dialect.
 """
 
 from __future__ import annotations
@@ -409,7 +412,69 @@ def like_snippet(columns: Sequence[Any], terms: Sequence[str]) -> str:
     return content[:LIKE_SNIPPET_CHARS] if isinstance(content, str) else ""
 
 
+# --------------------------------------------------------------------------- per engine
+
+
+class Fts5Search:
+    """How a full-text route is written on SQLite: the FTS5 table joined to
+    ``messages`` by rowid, ``MATCH`` on the sanitized expression, FTS5's BM25 ``rank``
+    (best first is ``ORDER BY rank`` alone: FTS5 then hands rows over in that order and
+    ``snippet()`` runs for the returned page only) and ``snippet()``.
+
+    The interface (``query_pg.PgSearch`` has the same): ``prepare(index, expression)``
+    gives the statement's *shape* (hashable: statements are built once per shape) and
+    its bound values, or None when nothing can match; ``source``, ``row_id``,
+    ``condition``, ``rank``, ``best_first``, ``snippet`` give Core pieces for a shape;
+    when ``snippet`` is None the caller computes it in Python with ``text_snippet``.
+    """
+
+    name = "sqlite"
+    #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
+    falls_back_to_like = True
+    present_indexes = PRESENT_INDEXES
+    present_indexes_values = PRESENT_INDEXES_VALUES
+
+    def prepare(self, index: str, expression: str) -> tuple[Any, dict] | None:
+        return None, {"expression": expression}
+
+    def source(self, index: str, messages: sa.Table) -> sa.FromClause:
+        fts = fts_source(index)
+        return fts.join(messages, messages.c.id == fts.c.rowid)
+
+    def row_id(self, index: str, messages: sa.Table) -> sa.ColumnElement:
+        return fts_source(index).c.rowid
+
+    def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
+        return match(index, sa.bindparam("expression", type_=sa.Text))
+
+    def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
+        return rank(index)
+
+    def best_first(self, index: str, messages: sa.Table, shape) -> tuple:
+        return (rank(index),)
+
+    def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
+        return snippet(index)
+
+    def text_snippet(self, expression: str, content: Any, tool_name: Any) -> str:
+        raise NotImplementedError("FTS5 writes its snippets in SQL")  # pragma: no cover
+
+
+FTS5_SEARCH = Fts5Search()
+
+
+def search_sql(dialect) -> Fts5Search:
+    """The full-text route pieces for a dialect (``Connection.dialect``)."""
+    if dialect.name == "postgresql":
+        from .query_pg import PG_SEARCH
+
+        return PG_SEARCH
+    return FTS5_SEARCH
+
+
 __all__ = [
+    "FTS5_SEARCH",
+    "Fts5Search",
     "FTS_OPERATORS",
     "PRESENT_INDEXES",
     "PRESENT_INDEXES_VALUES",
@@ -430,6 +495,7 @@ __all__ = [
     "query_terms",
     "rank",
     "sanitize_fts5_query",
+    "search_sql",
     "snippet",
     "trigram_query",
 ]

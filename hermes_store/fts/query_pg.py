@@ -25,6 +25,13 @@ expressed in SQL:
 
 Every function takes the ``messages`` table (or an alias of it) whose row is searched,
 and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
+
+:data:`PG_SEARCH` (a :class:`PgSearch`) packs these pieces behind the interface of
+``query.Fts5Search``, which ``query.search_sql(dialect)`` hands the repository: the
+word route binds the tsquery text as one parameter; the trigram route's statement has
+one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
+and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Python
+(:func:`substring_snippet`): ``ts_headline`` marks words, not substrings.
 """
 
 from __future__ import annotations
@@ -45,7 +52,10 @@ from .postgres import (
 )
 from .query import (
     FTS_OPERATORS,
+    LIKE_SNIPPET_CHARS,
+    LIKE_SNIPPET_LEAD,
     SNIPPET_CLOSE,
+    SNIPPET_ELLIPSIS,
     SNIPPET_OPEN,
     SNIPPET_TOKENS,
     Term,
@@ -150,15 +160,30 @@ def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
 
 def snippet(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[str]:
     """Matched words in ``>>>…<<<`` from the indexed text (a tool row's indexed prefix),
-    about ``SNIPPET_TOKENS`` words long."""
+    about ``SNIPPET_TOKENS`` words long, with ``...`` where the text was cut (as FTS5's
+    ``snippet()``), for the row of ``messages`` the enclosing query reads.
+    ``ts_headline`` returns a stretch of the document verbatim, so comparing it without
+    its marks with the document's ends tells where it was cut; a scalar subquery runs
+    ``ts_headline`` once per row for that."""
     m = messages.c
     content = sa.case(
-        (m.role == "tool", sa.func.left(sa.func.coalesce(m.content, ""), TOOL_CONTENT_PREFIX_CHARS)),
-        else_=sa.func.coalesce(m.content, ""),
+        (m.role == "tool", sa.func.left(m.content, TOOL_CONTENT_PREFIX_CHARS)),
+        else_=m.content,
     )
-    text = content + " " + sa.func.coalesce(m.tool_name, "") + " " + sa.func.coalesce(m.tool_calls, "")
-    return sa.func.ts_headline(sa.literal_column(f"'{TS_CONFIG}'::regconfig"), text, query,
-                               HEADLINE_OPTIONS, type_=sa.Text)
+    # the indexed columns that are not NULL, one space apart (no stray blanks)
+    text = sa.func.concat_ws(" ", content, m.tool_name, m.tool_calls, type_=sa.Text)
+    headline = sa.func.ts_headline(
+        sa.literal_column(f"'{TS_CONFIG}'::regconfig"), text, query, HEADLINE_OPTIONS,
+        type_=sa.Text,
+    ).table_valued("marked").render_derived(name="headline")
+    marked = headline.c.marked
+    plain = sa.func.replace(sa.func.replace(marked, SNIPPET_OPEN, ""), SNIPPET_CLOSE, "")
+    length = sa.func.length(plain)
+    lead = sa.case((sa.func.left(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
+    tail = sa.case((sa.func.right(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
+    # the row is the enclosing query's: ``messages`` must be in its FROM
+    return (sa.select(sa.func.concat(lead, marked, tail, type_=sa.Text))
+            .correlate(messages).scalar_subquery())
 
 
 def _escape_like(text: str) -> str:
@@ -224,14 +249,133 @@ def available_indexes(conn: sa.Connection) -> frozenset[str]:
     return frozenset(names[name] for name in rows)
 
 
+# --------------------------------------------------------------------------- the routes
+
+
+def _trigram_groups(terms: list[Term]) -> list[list[tuple[bool, str]]]:
+    """OR-groups of (negated, text) with ``_boolean``'s rules (FTS5's precedence)."""
+    groups: list[list[tuple[bool, str]]] = [[]]
+    negate_next = False
+    for term in terms:
+        if term.is_operator:
+            if term.text == "OR":
+                groups.append([])
+            negate_next = term.text == "NOT"
+            continue
+        groups[-1].append((negate_next, term.text))
+        negate_next = False
+    return [g for g in groups if g]
+
+
+def _trigram_param(group: int, position: int) -> str:
+    return f"trigram_{group}_{position}"
+
+
+def substring_snippet(texts, terms) -> str:
+    """The trigram route's snippet: up to ``LIKE_SNIPPET_CHARS`` characters of the
+    first text holding a term (content, then tool name), starting ``LIKE_SNIPPET_LEAD``
+    before the first match, each match (any case) marked ``>>>…<<<``, ``...`` where
+    the text was cut. No match (cannot happen for a found row): the content's start."""
+    terms = sorted({t for t in terms if t}, key=len, reverse=True)
+    texts = [t for t in texts if isinstance(t, str) and t]
+    if terms:
+        pattern = re.compile("|".join(map(re.escape, terms)), re.IGNORECASE)
+        for text in texts:
+            first = pattern.search(text)
+            if first is None:
+                continue
+            start = max(0, first.start() - LIKE_SNIPPET_LEAD)
+            end = min(len(text), max(start + LIKE_SNIPPET_CHARS, first.end()))
+            piece = pattern.sub(lambda m: f"{SNIPPET_OPEN}{m.group()}{SNIPPET_CLOSE}",
+                                text[start:end])
+            return ((SNIPPET_ELLIPSIS if start > 0 else "") + piece
+                    + (SNIPPET_ELLIPSIS if end < len(text) else ""))
+    return texts[0][:LIKE_SNIPPET_CHARS] if texts else ""
+
+
+class PgSearch:
+    """How a full-text route is written on PostgreSQL (the interface of
+    ``query.Fts5Search``): the indexes live on ``messages`` itself, so a route's
+    source is ``messages`` and its row id ``messages.id``."""
+
+    name = "postgresql"
+    #: a failed statement aborts the whole read transaction here, so the LIKE scan
+    #: cannot answer in its place (nor is there an index to be damaged: the conditions
+    #: are evaluated on the rows when an index is missing)
+    falls_back_to_like = False
+    present_indexes = _PRESENT
+    present_indexes_values = {"a": WORD_INDEX, "b": TRIGRAM_INDEX}
+
+    def prepare(self, index: str, expression: str):
+        if index == FTS_TABLE:
+            text = tsquery_text(expression)
+            return None if text is None else (None, {"expression": text})
+        groups = _trigram_groups(query_terms(expression))
+        if not groups:
+            return None
+        shape = tuple(tuple(negated for negated, _ in group) for group in groups)
+        values = {_trigram_param(g, i): f"%{_escape_like(text)}%"
+                  for g, group in enumerate(groups) for i, (_, text) in enumerate(group)}
+        return shape, values
+
+    def source(self, index: str, messages: sa.Table) -> sa.FromClause:
+        return messages
+
+    def row_id(self, index: str, messages: sa.Table) -> sa.ColumnElement:
+        return messages.c.id
+
+    @staticmethod
+    def _tsquery() -> sa.ColumnElement:
+        return tsquery(sa.bindparam("expression", type_=sa.Text))
+
+    def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
+        if index == FTS_TABLE:
+            return matches(messages, self._tsquery())
+        doc = trigram_document(messages)
+        groups = []
+        for g, group in enumerate(shape):
+            parts = []
+            for i, negated in enumerate(group):
+                found = doc.ilike(sa.bindparam(_trigram_param(g, i), type_=sa.Text), escape="\\")
+                parts.append(sa.not_(found) if negated else found)
+            groups.append(sa.and_(*parts))
+        scope = sa.literal_column(f"{messages.name}.{TRIGRAM_SCOPE_COLUMN}", sa.Boolean)
+        return sa.and_(scope, sa.or_(*groups))
+
+    def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
+        if index == FTS_TABLE:
+            return rank(messages, self._tsquery())
+        # substrings have no relevance here (an expression: PostgreSQL refuses a bare
+        # constant in ORDER BY)
+        return sa.cast(sa.literal_column("0"), sa.Float)
+
+    def best_first(self, index: str, messages: sa.Table, shape) -> tuple:
+        # the id breaks ties, so a page boundary does not depend on the plan
+        return (self.rank(index, messages, shape), messages.c.id)
+
+    def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
+        return snippet(messages, self._tsquery()) if index == FTS_TABLE else None
+
+    def text_snippet(self, expression: str, content, tool_name) -> str:
+        terms = [text for group in _trigram_groups(query_terms(expression))
+                 for negated, text in group if not negated]
+        return substring_snippet((content, tool_name), terms)
+
+
+PG_SEARCH = PgSearch()
+
+
 __all__ = [
     "HEADLINE_OPTIONS",
+    "PG_SEARCH",
+    "PgSearch",
     "available_indexes",
     "document",
     "like_matches",
     "matches",
     "rank",
     "snippet",
+    "substring_snippet",
     "trigram_document",
     "trigram_matches",
     "tsquery",

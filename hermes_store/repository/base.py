@@ -3,8 +3,12 @@
 A concern mixin (sessions, messages, titles, search, …) talks to the database only
 through three doors:
 
-* ``self._write(fn)`` — ``fn(conn)`` runs as one ``BEGIN IMMEDIATE`` write unit, re-run
-  whole on lock contention, committed whole or not at all; returns ``fn``'s result.
+* ``self._write(fn)`` — ``fn(conn)`` runs as one write unit (``BEGIN IMMEDIATE`` on
+  SQLite; on PostgreSQL READ COMMITTED under the store's unit lock), re-run whole on
+  contention, committed whole or not at all; returns ``fn``'s result.
+  ``self._write(fn, concurrent=True)`` is for units that only change rows through
+  statements that lock them (no read, decide, then write): on PostgreSQL they run
+  side by side; every other unit runs alone, as on SQLite.
 * ``with self._read() as conn:`` — one read snapshot (a deferred transaction), so a
   reader never sees half of a write unit even across several statements.
 * ``self._query(statement, values)`` — the rows of one prebuilt SELECT
@@ -17,10 +21,12 @@ that unit (it does not open a second transaction that would wait for the first),
 the unit's own changes), inside another ``_read`` it reuses the outer snapshot. That
 lets a public method compose other public methods and still be one unit / one snapshot.
 
-Each thread reads on its own held connection (``engine.HeldConnections``) and writes on
-another, so threads never share a transaction.
+On SQLite each thread reads on its own held connection (``engine.HeldConnections``) and
+writes on another, so threads never share a transaction; on PostgreSQL each unit and
+each read checks a connection out of the pool (``engine.PooledConnections``).
 
-``SessionDB.__init__`` (``hermes_store.store``) opens the file and sets the attributes.
+``SessionDB.__init__`` (``hermes_store.store``) opens the database and sets the
+attributes; ``target`` names it in errors (a path, or a URL with its password masked).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..engine import HeldConnections, WriteUnits, transaction, translate_error
+from ..engine import HeldConnections, PooledConnections, WriteUnits, transaction, translate_error
 from ..errors import StoreClosedError, StoreReadOnlyError
 from .prebuilt import Prebuilt
 
@@ -41,23 +47,27 @@ T = TypeVar("T")
 
 
 class RepositoryBase:
-    db_path: Path
+    db_path: Path | None
+    #: the database, as errors name it (a path, or a URL with its password masked)
+    target: object = None
     read_only: bool = False
     _engine: Engine | None = None
     _units: WriteUnits | None = None
-    _readers: HeldConnections | None = None
+    _readers: HeldConnections | PooledConnections | None = None
+    #: PostgreSQL only: single statements run without a transaction from here
+    _singles: HeldConnections | PooledConnections | None = None
     _snapshots: threading.local | None = None
 
     def _require_open(self) -> Engine:
         if self._engine is None:
-            raise StoreClosedError(getattr(self, "db_path", None))
+            raise StoreClosedError(self.target)
         return self._engine
 
-    def _write(self, fn: Callable[[sa.Connection], T]) -> T:
+    def _write(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
         self._require_open()
         if self.read_only:
-            raise StoreReadOnlyError(self.db_path)
-        return self._units.run(fn)
+            raise StoreReadOnlyError(self.target)
+        return self._units.run(fn, concurrent=concurrent)
 
     def _joined(self) -> sa.Connection | None:
         """The connection of this thread's running unit or open snapshot, if any."""
@@ -67,11 +77,11 @@ class RepositoryBase:
             joined = getattr(local, "conn", None)
         return joined
 
-    def _reader(self) -> sa.Connection:
+    def _readers_open(self) -> HeldConnections | PooledConnections:
         readers = self._readers
         if readers is None:  # normally set by SessionDB.__init__; None once closed
-            raise StoreClosedError(getattr(self, "db_path", None))
-        return readers.get()
+            raise StoreClosedError(self.target)
+        return readers
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -82,19 +92,26 @@ class RepositoryBase:
             return
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = threading.local()
-        conn = self._reader()
+        readers = self._readers_open()
         try:
-            with transaction(conn):  # BEGIN DEFERRED
-                self._snapshots.conn = conn
-                try:
-                    yield conn
-                finally:
-                    self._snapshots.conn = None
-        except sa.exc.DatabaseError as exc:
-            mapped = translate_error(exc, self.db_path)
+            if readers.held:
+                yield from self._snapshot(readers.get())
+            else:
+                with readers.checkout() as conn:
+                    yield from self._snapshot(conn)
+        except sa.exc.DBAPIError as exc:
+            mapped = translate_error(exc, self.target)
             if mapped is not None:
                 raise mapped from exc
             raise
+
+    def _snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
+        with transaction(conn):  # BEGIN DEFERRED (PostgreSQL: REPEATABLE READ, READ ONLY)
+            self._snapshots.conn = conn
+            try:
+                yield conn
+            finally:
+                self._snapshots.conn = None
 
     def _query(self, statement: Prebuilt, values: Mapping[str, Any] | None = None) -> list:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
@@ -103,9 +120,17 @@ class RepositoryBase:
         try:
             if joined is not None:
                 return statement.rows(joined, values)
-            return statement.rows_alone(self._reader(), values)
-        except sa.exc.DatabaseError as exc:
-            mapped = translate_error(exc, self.db_path)
+            # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
+            # round trip instead of BEGIN, the statement and COMMIT)
+            singles = self._singles
+            if singles is None:
+                singles = self._readers_open()
+            if singles.held:
+                return statement.rows_alone(singles.get(), values)
+            with singles.checkout() as conn:
+                return statement.rows_alone(conn, values)
+        except sa.exc.DBAPIError as exc:
+            mapped = translate_error(exc, self.target)
             if mapped is not None:
                 raise mapped from exc
             raise
@@ -113,7 +138,9 @@ class RepositoryBase:
     def _release_connections(self) -> None:
         """Release every thread's held connections (``close()``)."""
         readers, self._readers = self._readers, None
+        singles, self._singles = self._singles, None
         if self._units is not None:
             self._units.close()
-        if readers is not None:
-            readers.close()
+        for connections in (readers, singles):
+            if connections is not None:
+                connections.close()

@@ -16,6 +16,19 @@ does not spell portably are kept here, each as one small construct:
   ``BINARY`` is and a PostgreSQL database's default collation usually is not. So SQLite
   gets the range and every other dialect PostgreSQL's built-in ``starts_with()``.
 
+* ``like_nocase(column, pattern)`` and ``ascii_lower(text)`` — text matching as SQLite
+  does it, on every engine: SQLite's ``LIKE`` and ``lower()`` fold the 26 ASCII letters
+  only (``É`` stays ``É``), PostgreSQL's ``LIKE`` folds nothing and its ``lower()`` folds
+  all of Unicode. So on PostgreSQL both sides go through ``translate(x, 'A…Z', 'a…z')``
+  and the same rows match on both engines (the SQL SQLite gets is unchanged: its own
+  ``LIKE``/``lower()``).
+* ``limit_or_all(count)`` / ``offset_or_zero(count)`` — SQLite's paging rules for
+  caller-given numbers: a negative LIMIT means no limit and a negative OFFSET counts as
+  0 (upstream passes ``limit=-1`` for "all"); PostgreSQL refuses both, so there they
+  become ``NULL`` (``LIMIT ALL``) and ``greatest(count, 0)``.
+* ``int_sum(column)`` — ``sum()`` of an integer column as an integer: PostgreSQL's
+  ``sum(bigint)`` is ``numeric`` (the driver would hand back ``Decimal``), SQLite's an
+  integer.
 On PostgreSQL ``json_text`` compiles to ``hermes_json_text()``, a function of the
 PostgreSQL head (``hermes_store/fts/postgres.py``) with the same NULL-for-malformed rule.
 ``starts_with`` renders PostgreSQL's own function there.
@@ -104,3 +117,135 @@ def _starts_with_default(element, compiler, **kw):
 def _starts_with_sqlite(element, compiler, **kw):
     column, prefix, successor = (compiler.process(c, **kw) for c in element.clauses)
     return f"({column} >= {prefix} AND {column} < {successor})"
+
+
+# --------------------------------------------------------------------------- SQLite's folding
+
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
+
+
+class _ascii_fold(FunctionElement):
+    """Internal: text with ASCII letters lower-cased, for PostgreSQL; on SQLite the
+    text itself (its LIKE already ignores ASCII case)."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "ascii_fold"
+
+
+@compiles(_ascii_fold)
+def _ascii_fold_default(element, compiler, **kw):
+    (text,) = element.clauses
+    return (f"translate({compiler.process(text, **kw)}, "
+            f"'{_ASCII_UPPER}', '{_ASCII_LOWER}')")
+
+
+@compiles(_ascii_fold, "sqlite")
+def _ascii_fold_sqlite(element, compiler, **kw):
+    (text,) = element.clauses
+    return compiler.process(text, **kw)
+
+
+class ascii_lower(FunctionElement):
+    """``lower(text)`` as SQLite computes it: ASCII letters only (``É`` stays ``É``)."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "ascii_lower"
+
+
+@compiles(ascii_lower)
+def _ascii_lower_default(element, compiler, **kw):
+    return _ascii_fold_default(element, compiler, **kw)
+
+
+@compiles(ascii_lower, "sqlite")
+def _ascii_lower_sqlite(element, compiler, **kw):
+    (text,) = element.clauses
+    return f"lower({compiler.process(text, **kw)})"
+
+
+def like_nocase(column, pattern, *, escape: str | None = None) -> sa.ColumnElement[bool]:
+    """``column LIKE pattern`` as SQLite matches it: ASCII letters in either case,
+    every other character exactly (``%``/``_`` wildcards, ``escape`` their escape)."""
+    if isinstance(pattern, str):
+        pattern = sa.literal(pattern, sa.Text())
+    return _ascii_fold(column).like(_ascii_fold(pattern), escape=escape)
+
+
+class int_sum(FunctionElement):
+    """``sum(column)`` of an integer column, as an integer on every engine (NULL when
+    no row)."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "int_sum"
+
+
+@compiles(int_sum)
+def _int_sum_default(element, compiler, **kw):
+    (column,) = element.clauses
+    return f"CAST(sum({compiler.process(column, **kw)}) AS BIGINT)"
+
+
+@compiles(int_sum, "sqlite")
+def _int_sum_sqlite(element, compiler, **kw):
+    (column,) = element.clauses
+    return f"sum({compiler.process(column, **kw)})"
+
+
+# --------------------------------------------------------------------------- SQLite's paging
+
+
+def _count_clause(count):
+    if isinstance(count, int):
+        return sa.literal(count, sa.Integer())
+    return count
+
+
+class limit_or_all(FunctionElement):
+    """A LIMIT count as SQLite reads it: negative = no limit."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "limit_or_all"
+
+    def __init__(self, count):
+        super().__init__(_count_clause(count))
+
+
+@compiles(limit_or_all)
+def _limit_or_all_default(element, compiler, **kw):
+    (count,) = element.clauses
+    value = compiler.process(count, **kw)
+    return f"CASE WHEN {value} < 0 THEN NULL ELSE {value} END"
+
+
+@compiles(limit_or_all, "sqlite")
+def _limit_or_all_sqlite(element, compiler, **kw):
+    (count,) = element.clauses
+    return compiler.process(count, **kw)
+
+
+class offset_or_zero(FunctionElement):
+    """An OFFSET count as SQLite reads it: negative = 0."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "offset_or_zero"
+
+    def __init__(self, count):
+        super().__init__(_count_clause(count))
+
+
+@compiles(offset_or_zero)
+def _offset_or_zero_default(element, compiler, **kw):
+    (count,) = element.clauses
+    return f"greatest({compiler.process(count, **kw)}, 0)"
+
+
+@compiles(offset_or_zero, "sqlite")
+def _offset_or_zero_sqlite(element, compiler, **kw):
+    (count,) = element.clauses
+    return compiler.process(count, **kw)

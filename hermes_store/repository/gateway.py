@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
-from .dialect import insert_for
+from .dialect import ascii_lower, insert_for
 from .sessions import RECOVERABLE_END_REASONS, row_dict, session_columns
 from .values import scrub_surrogates
 
@@ -274,7 +274,7 @@ class GatewayMixin(RepositoryBase):
         if not platform or chat_id is None or chat_id == "":
             return None
         terms = [
-            sa.func.lower(S.c.source) == sa.func.lower(platform),
+            ascii_lower(S.c.source) == ascii_lower(sa.literal(platform, sa.Text())),
             S.c.session_key.is_not(None),
             S.c.chat_id == _peer_text(chat_id, "chat_id"),
             S.c.ended_at.is_(None),
@@ -324,7 +324,8 @@ class GatewayMixin(RepositoryBase):
             .order_by(last_active.desc(), S.c.started_at.desc(), S.c.id.desc())
         )
         if platform:
-            stmt = stmt.where(sa.func.lower(S.c.source) == sa.func.lower(platform))
+            stmt = stmt.where(
+                ascii_lower(S.c.source) == ascii_lower(sa.literal(platform, sa.Text())))
         if active_only:
             stmt = stmt.where(S.c.ended_at.is_(None))
         with self._read() as conn:

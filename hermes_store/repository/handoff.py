@@ -11,6 +11,10 @@ handoffs, claims one and completes or fails it. Only two transitions are guarded
 upstream guards them: a request is refused while one is pending or running, and only a
 pending handoff can be claimed. ``complete`` and ``fail`` record the outcome whatever
 the state, so a watcher can always report it.
+
+Every transition is one conditional ``UPDATE`` of the session row: the row lock decides
+between two claimers (the second re-reads the row and finds it no longer pending), so
+the units are ``concurrent`` (on PostgreSQL they need not run alone).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class HandoffMixin(RepositoryBase):
             )
             .values(handoff_state=PENDING, handoff_platform=platform, handoff_error=None)
         )
-        return self._write(lambda conn: conn.execute(stmt).rowcount) > 0
+        return self._write(lambda conn: conn.execute(stmt).rowcount, concurrent=True) > 0
 
     def claim_handoff(self, session_id: str) -> bool:
         """Move a pending handoff to running; True for exactly one claimer.
@@ -67,7 +71,7 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id, S.c.handoff_state == PENDING)
             .values(handoff_state=RUNNING)
         )
-        return self._write(lambda conn: conn.execute(stmt).rowcount) > 0
+        return self._write(lambda conn: conn.execute(stmt).rowcount, concurrent=True) > 0
 
     def complete_handoff(self, session_id: str) -> None:
         """Record success (whatever the current state) and clear the error."""
@@ -76,7 +80,7 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id)
             .values(handoff_state=COMPLETED, handoff_error=None)
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), concurrent=True)
 
     def fail_handoff(self, session_id: str, error: str) -> None:
         """Record failure (whatever the current state) with the reason, cut to its
@@ -90,7 +94,7 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id)
             .values(handoff_state=FAILED, handoff_error=error[:MAX_ERROR_CHARS])
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), concurrent=True)
 
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         """``{"state", "platform", "error"}`` of the session (all None when it was

@@ -16,8 +16,10 @@ import sqlalchemy as sa
 from .. import schema
 from . import kinds
 from .base import RepositoryBase
+from .dialect import ascii_lower, int_sum, like_nocase, limit_or_all, offset_or_zero
 from .prebuilt import Prebuilt
 from .sessions import as_cache_key, listing_filters, row_dict, session_columns
+from .values import LIKE_ESCAPE, like_containing
 
 S = schema.sessions
 M = schema.messages
@@ -145,12 +147,13 @@ def _finish_rich(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _contains(column, needle: str) -> sa.ColumnElement:
-    return sa.func.lower(column).contains(needle, autoescape=True)
+    """``needle`` (lower case) in ``column``, ASCII letters in either case."""
+    return like_nocase(column, like_containing(needle), escape=LIKE_ESCAPE)
 
 
 def _squashed_title(column) -> sa.ColumnElement:
     """Lower-cased title without ``- _ .`` and spaces, so ``an94`` finds ``AN-94``."""
-    text = sa.func.lower(sa.func.coalesce(column, ""))
+    text = ascii_lower(sa.func.coalesce(column, ""))
     for ch in ("-", "_", ".", " "):
         text = sa.func.replace(text, ch, "")
     return text
@@ -195,9 +198,9 @@ def _build_listing(
     else:
         stmt = stmt.order_by(S.c.started_at.desc())
     if not no_limit:
-        stmt = stmt.limit(sa.bindparam("limit"))
+        stmt = stmt.limit(limit_or_all(sa.bindparam("limit", type_=sa.Integer)))
     if not no_offset:
-        stmt = stmt.offset(sa.bindparam("offset"))
+        stmt = stmt.offset(offset_or_zero(sa.bindparam("offset", type_=sa.Integer)))
     return stmt
 
 
@@ -256,7 +259,7 @@ def _activity_ordered(stmt, terms, id_query, search_query):
                    _contains(chain.c.cur_id, search_needle)]
         squashed = re.sub(r"[\W_]+", "", search_needle)
         if squashed:
-            matches.append(_squashed_title(named.c.title).contains(squashed, autoescape=True))
+            matches.append(_contains(_squashed_title(named.c.title), squashed))
         stmt = stmt.where(sa.exists().where(
             chain.c.root_id == S.c.id, named.c.id == chain.c.cur_id, sa.or_(*matches)
         ))
@@ -477,7 +480,7 @@ class LineageMixin(RepositoryBase):
             sa.select(*session_columns(), last_active.label("last_active"))
             .outerjoin(latest, latest.c.session_id == S.c.id)
             .order_by(last_active.desc(), S.c.started_at.desc(), S.c.id.desc())
-            .offset(offset)
+            .offset(offset_or_zero(offset))
         )
         if source:
             stmt = stmt.where(S.c.source == source)
@@ -496,8 +499,8 @@ class LineageMixin(RepositoryBase):
             sa.select(
                 S.c.model,
                 sa.func.count().label("sessions"),
-                sa.func.coalesce(sa.func.sum(S.c.input_tokens), 0).label("input_tokens"),
-                sa.func.coalesce(sa.func.sum(S.c.output_tokens), 0).label("output_tokens"),
+                sa.func.coalesce(int_sum(S.c.input_tokens), 0).label("input_tokens"),
+                sa.func.coalesce(int_sum(S.c.output_tokens), 0).label("output_tokens"),
                 cost.label("estimated_cost_usd"),
             )
             .where(S.c.model.is_not(None))
@@ -517,7 +520,7 @@ class LineageMixin(RepositoryBase):
                 S.c.estimated_cost_usd,
             )
             .order_by(total.desc(), S.c.started_at.desc(), S.c.id)
-            .limit(limit)
+            .limit(None if limit is None else limit_or_all(limit))
         )
         with self._read() as conn:
             return [row_dict(r) for r in conn.execute(stmt)]
@@ -530,12 +533,12 @@ class LineageMixin(RepositoryBase):
         stmt = sa.select(
             *group,
             sa.func.count(sa.distinct(U.c.session_id)).label("sessions"),
-            sa.func.sum(U.c.api_call_count).label("api_call_count"),
-            sa.func.sum(U.c.input_tokens).label("input_tokens"),
-            sa.func.sum(U.c.output_tokens).label("output_tokens"),
-            sa.func.sum(U.c.cache_read_tokens).label("cache_read_tokens"),
-            sa.func.sum(U.c.cache_write_tokens).label("cache_write_tokens"),
-            sa.func.sum(U.c.reasoning_tokens).label("reasoning_tokens"),
+            int_sum(U.c.api_call_count).label("api_call_count"),
+            int_sum(U.c.input_tokens).label("input_tokens"),
+            int_sum(U.c.output_tokens).label("output_tokens"),
+            int_sum(U.c.cache_read_tokens).label("cache_read_tokens"),
+            int_sum(U.c.cache_write_tokens).label("cache_write_tokens"),
+            int_sum(U.c.reasoning_tokens).label("reasoning_tokens"),
             cost.label("estimated_cost_usd"),
             sa.func.sum(U.c.actual_cost_usd).label("actual_cost_usd"),
         ).group_by(*group).order_by(cost.desc(), *group)

@@ -16,10 +16,11 @@ import sqlalchemy as sa
 
 from .. import schema
 from .base import RepositoryBase
-from .dialect import starts_with
+from .dialect import ascii_lower, like_nocase, starts_with
 from .lineage import compression_chains, finish_rich_row, rich_columns, with_chain_activity
 from .messages import CONVERSATION_COLUMNS
 from .sessions import listing_filters
+from .values import LIKE_ESCAPE, like_containing, like_prefix
 
 S = schema.sessions
 M = schema.messages
@@ -62,15 +63,15 @@ class LookupsMixin(RepositoryBase):
             return []
         terms = listing_filters(S, include_archived=include_archived, listable_only=True)
         chain = compression_chains(terms)
-        member = sa.func.lower(chain.c.cur_id)
+        member = ascii_lower(chain.c.cur_id)
         tier = sa.case(
             (member == needle, _EXACT),
-            (member.startswith(needle, autoescape=True), _PREFIX),
+            (like_nocase(member, like_prefix(needle), escape=LIKE_ESCAPE), _PREFIX),
             else_=_SUBSTRING,
         )
         best = (
             sa.select(chain.c.root_id, sa.func.min(tier).label("tier"))
-            .where(member.contains(needle, autoescape=True))
+            .where(like_nocase(member, like_containing(needle), escape=LIKE_ESCAPE))
             .group_by(chain.c.root_id)
             .subquery("id_match")
         )

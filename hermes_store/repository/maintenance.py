@@ -1,8 +1,11 @@
 """Maintenance concern: full-text index upkeep, VACUUM and the periodic auto-prune.
 
-The FTS work itself lives in ``hermes_store.fts.maintenance``; this module decides the
-units: a rebuild is one unit, an optimize is many short units of bounded merge steps
-(an unbounded FTS5 'optimize' held the write lock for many seconds on large files).
+The FTS work itself lives in ``hermes_store.fts.maintenance``, VACUUM and checkpoints in
+``hermes_store.engine``; both pick the engine's counterpart (PostgreSQL: REINDEX,
+``gin_clean_pending_list`` + ANALYZE, ``VACUUM (ANALYZE)``, no checkpoint). This module
+decides the units: a rebuild is one unit, an optimize is many short units of bounded
+merge steps (an unbounded FTS5 'optimize' held the write lock for many seconds on large
+files).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import engine as engine_mod
-from ..fts import ddl as fts_ddl
 from ..fts import maintenance as fts_maintenance
 from .base import RepositoryBase
 
@@ -27,7 +29,7 @@ LAST_AUTO_PRUNE_KEY = "last_auto_prune"
 class MaintenanceMixin(RepositoryBase):
     def _usable_fts_tables(self) -> list[str]:
         with self._read() as conn:
-            return [t for t in fts_ddl.FTS_TABLES if fts_ddl.table_usable(conn, t)]
+            return fts_maintenance.usable_indexes(conn)
 
     def optimize_fts(self) -> int:
         """Merge each full-text index's segments (bounded steps, one short unit each);
@@ -51,14 +53,15 @@ class MaintenanceMixin(RepositoryBase):
 
     def vacuum(self) -> int:
         """Optimise the indexes, then VACUUM the file; returns the indexes optimised.
-        Needs the write lock for the whole rewrite, so run it when writers are idle."""
+        Needs the write lock for the whole rewrite, so run it when writers are idle
+        (PostgreSQL: ``VACUUM (ANALYZE)``, which blocks nobody)."""
         self._require_open()
         if self.read_only:
             from ..errors import StoreReadOnlyError
-            raise StoreReadOnlyError(self.db_path)
+            raise StoreReadOnlyError(self.target)
         optimized = self.optimize_fts()
         self._units.checkpoint("PASSIVE")
-        engine_mod.vacuum(self._engine, self.db_path)
+        engine_mod.vacuum(self._engine, self.target)
         return optimized
 
     def maybe_auto_prune_and_vacuum(
@@ -93,9 +96,9 @@ class MaintenanceMixin(RepositoryBase):
                     self.vacuum()
                     result["vacuumed"] = True
                 except Exception as exc:  # noqa: BLE001 - maintenance must not stop startup
-                    log.warning("VACUUM of %s failed: %s", self.db_path, exc)
+                    log.warning("VACUUM of %s failed: %s", self.target, exc)
             self.set_meta(LAST_AUTO_PRUNE_KEY, str(now))
         except Exception as exc:  # noqa: BLE001 - reported in the result, never raised
-            log.warning("auto-maintenance of %s failed: %s", self.db_path, exc)
+            log.warning("auto-maintenance of %s failed: %s", self.target, exc)
             result["error"] = str(exc)
         return result

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
+from .dialect import limit_or_all, offset_or_zero
 from .prebuilt import Prebuilt
 from .values import scrub_surrogates
 
@@ -97,8 +98,9 @@ _COUNT_ADDED = Prebuilt(
         + sa.bindparam("added_calls", type_=sa.Integer),
     )
 )
-# append_messages: the ids a batch received (it runs under the write lock, and ids only
-# grow, so its rows are exactly the session's rows above the largest id before it)
+# append_messages: the ids a batch received (it holds the session row's lock, which every
+# unit that adds rows to a session takes or waits for, and ids only grow, so its rows
+# are exactly the session's rows above the largest id before it)
 _LAST_MESSAGE_ID = Prebuilt(sa.select(sa.func.max(M.c.id)))
 _SESSION_IDS_ABOVE = Prebuilt(
     sa.select(M.c.id)
@@ -123,9 +125,9 @@ def _transcript(include_inactive: bool, limited: bool, offset: bool) -> Prebuilt
     if not include_inactive:
         stmt = stmt.where(M.c.active == 1)
     if limited:
-        stmt = stmt.limit(sa.bindparam("limit", type_=sa.Integer))
+        stmt = stmt.limit(limit_or_all(sa.bindparam("limit", type_=sa.Integer)))
     if offset:
-        stmt = stmt.offset(sa.bindparam("offset", type_=sa.Integer))
+        stmt = stmt.offset(offset_or_zero(sa.bindparam("offset", type_=sa.Integer)))
     return Prebuilt(stmt)
 
 
@@ -528,7 +530,9 @@ class MessagesMixin(RepositoryBase):
                 raise SessionNotFoundError(session_id)
             return _INSERT_MESSAGE.insert(conn, row)
 
-        return self._write(unit)
+        # concurrent: the counter UPDATE locks the session's row first, so appends to one
+        # session queue there and appends to others run side by side (PostgreSQL)
+        return self._write(unit, concurrent=True)
 
     def append_messages(self, session_id: str,
                         messages: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -556,7 +560,9 @@ class MessagesMixin(RepositoryBase):
             return [row[0] for row in _SESSION_IDS_ABOVE.rows(
                 conn, {"batch_session": session_id, "above_id": above})]
 
-        return self._write(unit)
+        # concurrent, as append_message: while this unit holds the session's row lock no
+        # other unit adds rows to the session, so its rows above ``above`` are the batch
+        return self._write(unit, concurrent=True)
 
     def replace_messages(self, session_id: str, messages: list[dict],
                          active_only: bool = False) -> None:
@@ -818,7 +824,7 @@ class MessagesMixin(RepositoryBase):
         picker); the preview is whitespace-collapsed, cut to 77 chars + "..." past 80."""
         stmt = (sa.select(M.c.id, M.c.timestamp, M.c.content)
                 .where(M.c.session_id == session_id, M.c.role == "user")
-                .order_by(M.c.id.desc()).limit(int(limit)))
+                .order_by(M.c.id.desc()).limit(limit_or_all(int(limit))))
         if not include_inactive:
             stmt = stmt.where(M.c.active == 1)
         with self._read() as conn:

@@ -20,7 +20,9 @@ import sqlalchemy as sa
 from .. import schema
 from . import kinds
 from .base import RepositoryBase
+from .dialect import ascii_lower, like_nocase
 from .sessions import drop_unreferenced_prompts, row_dict
+from .values import LIKE_ESCAPE, like_containing
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,8 @@ def prune_filter(
     from .sessions import cwd_under
 
     def lower_contains(column, needle):
-        return sa.func.lower(sa.func.coalesce(column, "")).contains(
-            needle.lower(), autoescape=True)
+        return like_nocase(sa.func.coalesce(column, ""), like_containing(needle.lower()),
+                           escape=LIKE_ESCAPE)
 
     tokens = sa.func.coalesce(S.c.input_tokens, 0) + sa.func.coalesce(S.c.output_tokens, 0)
     cost = sa.func.coalesce(S.c.actual_cost_usd, S.c.estimated_cost_usd, 0)
@@ -143,7 +145,7 @@ def prune_filter(
         (min_messages is not None, lambda: S.c.message_count >= min_messages),
         (max_messages is not None, lambda: S.c.message_count <= max_messages),
         (bool(model_like), lambda: lower_contains(S.c.model, model_like)),
-        (bool(provider), lambda: sa.func.lower(sa.func.coalesce(S.c.billing_provider, ""))
+        (bool(provider), lambda: ascii_lower(sa.func.coalesce(S.c.billing_provider, ""))
          == provider.lower()),
         (bool(user_id), lambda: S.c.user_id == user_id),
         (bool(chat_id), lambda: S.c.chat_id == chat_id),

@@ -18,6 +18,11 @@ If an index is missing or a MATCH still fails (a damaged index), the bounded LIK
 scan answers instead and the reason is logged, so a search is never silently empty
 because of the index. Every route applies the same filters (visibility, sources,
 roles) and the same result shape.
+
+How a route is written in SQL depends on the engine (FTS5 tables on SQLite, a
+``tsvector`` column and ``pg_trgm`` on PostgreSQL): ``fq.search_sql(conn.dialect)``
+hands over the pieces, and the statements below are built from them, once per engine,
+index and shape.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ..fts import query as fq
 from ..errors import DatabaseDamagedError
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 from .base import RepositoryBase
+from .dialect import like_nocase
 from .messages import content_preview, decode_content
 from .prebuilt import Prebuilt
 from .values import LIKE_ESCAPE, like_containing, scrub_surrogates
@@ -124,6 +130,11 @@ class _Shape:
     offset: bool
 
 
+# Names of the filters' parameters: not a column's name, which SQLAlchemy gives its own
+# anonymous parameters (``role_1`` for ``role = 'tool'`` in PostgreSQL's snippet).
+_SOURCES, _EXCLUDED, _ROLES = "only_source", "not_source", "only_role"
+
+
 def _numbered(name: str, values: list | None) -> dict:
     return {f"{name}_{i}": value for i, value in enumerate(values or ())}
 
@@ -136,8 +147,8 @@ def _shape_and_values(source_filter, exclude_sources, role_filter, include_inact
                    sources=None if sources is None else len(sources),
                    excluded=len(excluded or ()), roles=len(roles or ()),
                    limited=limit is not None and limit >= 0, offset=offset > 0)
-    values = {**_numbered("source", sources), **_numbered("excluded", excluded),
-              **_numbered("role", roles), "page_limit": limit, "page_offset": offset}
+    values = {**_numbered(_SOURCES, sources), **_numbered(_EXCLUDED, excluded),
+              **_numbered(_ROLES, roles), "page_limit": limit, "page_offset": offset}
     return shape, values
 
 
@@ -152,12 +163,12 @@ def _filters(shape: _Shape) -> list[sa.ColumnElement]:
         # rows a UI marked hidden (display_kind) are not part of the conversation
         filters.append(sa.func.coalesce(M.c.display_kind, "") != "hidden")
     if shape.sources is not None:
-        filters.append(S.c.source.in_(_params("source", shape.sources)) if shape.sources
+        filters.append(S.c.source.in_(_params(_SOURCES, shape.sources)) if shape.sources
                        else sa.false())
     if shape.excluded:
-        filters.append(S.c.source.not_in(_params("excluded", shape.excluded)))
+        filters.append(S.c.source.not_in(_params(_EXCLUDED, shape.excluded)))
     if shape.roles:
-        filters.append(M.c.role.in_(_params("role", shape.roles)))
+        filters.append(M.c.role.in_(_params(_ROLES, shape.roles)))
     return filters
 
 
@@ -169,13 +180,13 @@ def _page(stmt, shape: _Shape):
     return stmt
 
 
-def _matches(index: str):
-    source = fq.fts_source(index)
-    return source.join(M, M.c.id == source.c.rowid).join(S, S.c.id == M.c.session_id)
+def _matches(sql: fq.Fts5Search, index: str):
+    return sql.source(index, M).join(S, S.c.id == M.c.session_id)
 
 
-def _matching(index: str) -> sa.ColumnElement[bool]:
-    return fq.match(index, sa.bindparam("expression", type_=sa.Text))
+def _snippet(sql: fq.Fts5Search, index: str, form) -> sa.ColumnElement:
+    written = sql.snippet(index, M, form)  # None: cut in Python (_with_snippets)
+    return (written if written is not None else sa.null()).label("snippet")
 
 
 #: bound of each statement cache below (shapes × filter lengths × page lengths)
@@ -183,32 +194,33 @@ _SHAPES_CACHED = 512
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _ranked(index: str, shape: _Shape) -> Prebuilt:
+def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
     """A page of matches best first, snippet and context included.
 
-    ORDER BY rank alone lets FTS5 hand rows over best first, so snippet() and the
-    context run for the returned page only; any second key (the id) makes SQLite
-    compute every match and sort them itself.
+    On SQLite, ORDER BY rank alone lets FTS5 hand rows over best first, so snippet()
+    and the context run for the returned page only; any second key (the id) makes
+    SQLite compute every match and sort them itself (``sql.best_first``).
     """
-    rank = fq.rank(index)
+    rank = sql.rank(index, M, form)
     return Prebuilt(_page(
-        sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
+        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
                   *_CONTEXT_COLUMNS, rank.label("rank"))
-        .select_from(_with_neighbours(_matches(index)))
-        .where(_matching(index), *_filters(shape)).order_by(rank),
+        .select_from(_with_neighbours(_matches(sql, index)))
+        .where(sql.condition(index, M, form), *_filters(shape))
+        .order_by(*sql.best_first(index, M, form)),
         shape,
     ))
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _ids_by_time(index: str, sort: str, shape: _Shape) -> Prebuilt:
+def _ids_by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape) -> Prebuilt:
     """A page of match ids in time order (then relevance): the sort cannot be pushed
     into FTS5, so it runs on ids alone and the page's details are read afterwards."""
     when = M.c.timestamp.desc() if sort == "newest" else M.c.timestamp.asc()
     return Prebuilt(_page(
-        sa.select(M.c.id).select_from(_matches(index))
-        .where(_matching(index), *_filters(shape))
-        .order_by(when, fq.rank(index), M.c.id),
+        sa.select(M.c.id).select_from(_matches(sql, index))
+        .where(sql.condition(index, M, form), *_filters(shape))
+        .order_by(when, sql.rank(index, M, form), M.c.id),
         shape,
     ))
 
@@ -218,13 +230,14 @@ def _page_ids(count: int) -> list[sa.BindParameter]:
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _match_details(index: str, count: int) -> Prebuilt:
+def _match_details(sql: fq.Fts5Search, index: str, form, count: int) -> Prebuilt:
     """Result rows (snippet, context) of the ``count`` matches with the given ids."""
     return Prebuilt(
-        sa.select(*_RESULT_COLUMNS, fq.snippet(index).label("snippet"), M.c.content,
+        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
                   *_CONTEXT_COLUMNS)
-        .select_from(_with_neighbours(_matches(index)))
-        .where(_matching(index), fq.fts_source(index).c.rowid.in_(_page_ids(count)))
+        .select_from(_with_neighbours(_matches(sql, index)))
+        .where(sql.condition(index, M, form),
+               sql.row_id(index, M).in_(_page_ids(count)))
     )
 
 
@@ -245,8 +258,9 @@ def _like_page(shape: _Shape, terms: int) -> Prebuilt:
     newest_id = sa.select(sa.func.max(M.c.id)).scalar_subquery()
     # ids only grow (AUTOINCREMENT), so this is a bounded range scan of the key
     in_window = M.c.id > newest_id - sa.bindparam("scan_rows", type_=sa.Integer)
+    # LIKE as SQLite matches: ASCII letters in either case (like_nocase)
     any_term = sa.or_(*(
-        sa.or_(*(column.like(pattern, escape=LIKE_ESCAPE)
+        sa.or_(*(like_nocase(column, pattern, escape=LIKE_ESCAPE)
                  for column in (M.c.content, M.c.tool_name, M.c.tool_calls)))
         for pattern in _params("term", terms)
     ))
@@ -258,7 +272,9 @@ def _like_page(shape: _Shape, terms: int) -> Prebuilt:
     ))
 
 
-_PRESENT_INDEXES = Prebuilt(fq.PRESENT_INDEXES)
+@functools.lru_cache(maxsize=None)
+def _present_indexes(sql: fq.Fts5Search) -> Prebuilt:
+    return Prebuilt(sql.present_indexes)
 
 
 class SearchMixin(RepositoryBase):
@@ -305,11 +321,12 @@ class SearchMixin(RepositoryBase):
         index_failed = False
         try:
             with self._read() as conn:
-                present = _PRESENT_INDEXES.rows(conn, fq.PRESENT_INDEXES_VALUES)
+                sql = fq.search_sql(conn.dialect)
+                present = _present_indexes(sql).rows(conn, sql.present_indexes_values)
                 plan = fq.plan_search(sanitized, [name for (name,) in present])
                 if plan is None:
                     return []
-                rows, index_failed = self._run_plan(conn, plan, shape, values,
+                rows, index_failed = self._run_plan(conn, sql, plan, shape, values,
                                                     _normalized_sort(sort))
                 results = [_with_context(row) for row in rows]
         except DatabaseDamagedError:
@@ -321,24 +338,26 @@ class SearchMixin(RepositoryBase):
 
     # ------------------------------------------------------------------ routes
 
-    def _run_plan(self, conn, plan: fq.SearchPlan, shape: _Shape, values: dict,
-                  sort) -> tuple[list, bool]:
+    def _run_plan(self, conn, sql: fq.Fts5Search, plan: fq.SearchPlan, shape: _Shape,
+                  values: dict, sort) -> tuple[list, bool]:
         """The page of rows, and whether a full-text index failed (LIKE answered)."""
         if plan.route == fq.ROUTE_LIKE:
             return self._like_search(conn, plan.like_terms, shape, values), False
         index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
-            rows = _match_search(conn, index, plan.match, shape, values, sort)
+            rows = _match_search(conn, sql, index, plan.match, shape, values, sort)
             if rows or plan.retry_trigram is None:
                 return rows, False
             if shape.offset:
                 first = replace(shape, limited=True, offset=False)
-                if _match_search(conn, index, plan.match, first, {**values, "page_limit": 1},
-                                 sort):
+                if _match_search(conn, sql, index, plan.match, first,
+                                 {**values, "page_limit": 1}, sort):
                     return rows, False  # past the last page, not "nothing found"
-            return _match_search(conn, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
+            return _match_search(conn, sql, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
                                  sort), False
         except sa.exc.DatabaseError as exc:
+            if not sql.falls_back_to_like:
+                raise
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "
                         "LIKE scan instead", index, getattr(exc, "orig", exc), plan.match)
             rows = self._like_search(conn, plan.fallback_like_terms, shape, values)
@@ -369,19 +388,32 @@ def _dicts(statement: Prebuilt, rows) -> list[dict]:
     return [dict(zip(keys, row)) for row in rows]
 
 
-def _match_search(conn, index: str, expression: str, shape: _Shape, values: dict, sort):
-    values = {**values, "expression": expression}
+def _match_search(conn, sql: fq.Fts5Search, index: str, expression: str, shape: _Shape,
+                  values: dict, sort):
+    prepared = sql.prepare(index, expression)
+    if prepared is None:
+        return []  # nothing searchable left for this engine's index
+    form, bound = prepared
+    values = {**values, **bound}
     if sort is None:
-        ranked = _ranked(index, shape)
-        rows = _dicts(ranked, ranked.rows(conn, values))
+        ranked = _ranked(sql, index, form, shape)
+        rows = _with_snippets(sql, expression, _dicts(ranked, ranked.rows(conn, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))
-    page = [row[0] for row in _ids_by_time(index, sort, shape).rows(conn, values)]
+    page = [row[0] for row in _ids_by_time(sql, index, form, sort, shape).rows(conn, values)]
     if not page:
         return []
-    details = _match_details(index, len(page))
-    return _in_page_order(page, _dicts(details, details.rows(
-        conn, {"expression": expression, **_numbered("page_id", page)})))
+    details = _match_details(sql, index, form, len(page))
+    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, details.rows(
+        conn, {**bound, **_numbered("page_id", page)}))))
+
+
+def _with_snippets(sql: fq.Fts5Search, expression: str, rows: list[dict]) -> list[dict]:
+    """Snippets the engine does not write in SQL (PostgreSQL's substring route)."""
+    for row in rows:
+        if row["snippet"] is None:
+            row["snippet"] = sql.text_snippet(expression, row["content"], row["tool_name"])
+    return rows
 
 
 def _in_page_order(page: list, rows: list[dict]) -> list[dict]:

@@ -20,7 +20,7 @@ from .. import schema
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from . import kinds
 from .base import RepositoryBase
-from .dialect import insert_for
+from .dialect import insert_for, like_nocase
 from .prebuilt import Prebuilt
 from .values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
 
@@ -68,8 +68,8 @@ def cwd_under(s, cwd_prefix: str) -> sa.ColumnElement:
     prefix = cwd_prefix.rstrip("/\\") or cwd_prefix
     return sa.or_(
         s.c.cwd == prefix,
-        s.c.cwd.startswith(prefix + "/", autoescape=True),
-        s.c.cwd.startswith(prefix + "\\", autoescape=True),
+        like_nocase(s.c.cwd, like_prefix(prefix + "/"), escape=LIKE_ESCAPE),
+        like_nocase(s.c.cwd, like_prefix(prefix + "\\"), escape=LIKE_ESCAPE),
     )
 
 
@@ -111,7 +111,7 @@ _SESSION_ROW = Prebuilt(
 _SESSION_ID = Prebuilt(sa.select(S.c.id).where(S.c.id == sa.bindparam("sid", type_=sa.Text)))
 _IDS_WITH_PREFIX = Prebuilt(
     sa.select(S.c.id)
-    .where(S.c.id.like(sa.bindparam("pattern", type_=sa.Text), escape=LIKE_ESCAPE))
+    .where(like_nocase(S.c.id, sa.bindparam("pattern", type_=sa.Text), escape=LIKE_ESCAPE))
     .order_by(S.c.started_at.desc())
     .limit(2)
 )

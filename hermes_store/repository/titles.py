@@ -17,8 +17,9 @@ from .. import schema
 from ..errors import TitleError
 from . import kinds
 from .base import RepositoryBase
+from .dialect import like_nocase
 from .sessions import row_dict, session_columns
-from .values import scrub_surrogates
+from .values import LIKE_ESCAPE, like_prefix, scrub_surrogates
 
 S = schema.sessions
 
@@ -66,8 +67,9 @@ def is_compression_ancestor(conn: sa.Connection, ancestor_id: str, descendant_id
 
 
 def _like_variants(base: str) -> sa.ColumnElement:
-    """Titles of the form ``"<base> #<anything>"``."""
-    return S.c.title.startswith(base + " #", autoescape=True)
+    """Titles of the form ``"<base> #<anything>"`` (ASCII letters in either case, as
+    SQLite's LIKE matches them)."""
+    return like_nocase(S.c.title, like_prefix(base + " #"), escape=LIKE_ESCAPE)
 
 
 class TitlesMixin(RepositoryBase):

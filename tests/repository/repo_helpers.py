@@ -3,8 +3,15 @@
 Test modules import the fixtures they use (``from repo_helpers import db, db_path``):
 a nested conftest.py would shadow the root one's ``from conftest import …``.
 
-Every test gets a copy of one head file made once per process by a real
-``SessionDB(path)`` (running all migrations per test would cost ~1 s each).
+``db`` is a store on each engine in turn: every test that asks for it runs twice,
+``[sqlite]`` on a copy of one head file made once per process by a real
+``SessionDB(path)`` (running all migrations per test would cost ~1 s each), and
+``[postgresql]`` on a fresh database at head on the suite's throwaway server
+(``pg_url``). ``tests/conftest.py``'s ``pytest_generate_tests`` parametrizes
+``backend``. A test about SQLite files (paths, WAL, raw ``sqlite3``, FTS5) says so
+with ``@pytest.mark.sqlite_only("why")`` and runs ``[sqlite]`` only; asking for
+``db_path`` (the file behind ``db``) without that marker is a collection error, so
+no test is left out of PostgreSQL silently.
 """
 
 from __future__ import annotations
@@ -49,10 +56,48 @@ def db_path(tmp_path):
 
 
 @pytest.fixture
-def db(db_path):
-    store = SessionDB(db_path)
+def backend(request) -> str:
+    """The engine under test: "sqlite" or "postgresql" (parametrized by conftest)."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def db_target(request, backend):
+    """What ``db`` opens: a copied head file, or a PostgreSQL URL at head."""
+    if backend == "sqlite":
+        return request.getfixturevalue("db_path")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def other_target(request, backend, tmp_path):
+    """A second, separate database at head on the same engine as ``db_target``."""
+    if backend == "sqlite":
+        return copy_head(tmp_path / "other.db")
+    server, template = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_template")
+    name = template.take()
+    request.addfinalizer(lambda: template.give_back(name))
+    return server.url(name)
+
+
+@pytest.fixture
+def db(db_target):
+    store = SessionDB(db_target)
     yield store
     store.close()
+
+
+def reopen(db, **kwargs):
+    """Another ``SessionDB`` on the same database as ``db`` (either engine)."""
+    return SessionDB(db.target, **kwargs)
+
+
+def raw_rows(db, sql: str, **params) -> list[tuple]:
+    """Rows of plain SQL (``:name`` parameters) run on the store's engine outside the
+    repository: what is stored, before any decoding of ours (on PostgreSQL the driver's
+    NUL codec still applies: it is part of storing text there, not of the repository)."""
+    with db.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(sql), params)]
 
 _clock = itertools.count(1)
 
@@ -83,7 +128,14 @@ def set_fields(db, session_id: str, **values) -> None:
 
 
 def fts_hits(db, word: str) -> int:
+    """Messages the word index finds for ``word`` (FTS5 MATCH, or the tsvector's @@),
+    asked directly, so a test sees the index itself and not the search concern."""
+    from hermes_store.fts import query as fq
+    from hermes_store.fts.ddl import FTS_TABLE
+
     with db._read() as conn:
-        return conn.exec_driver_sql(
-            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (word,)
-        ).scalar()
+        sql = fq.search_sql(conn.dialect)
+        form, values = sql.prepare(FTS_TABLE, word)
+        stmt = (sa.select(sa.func.count()).select_from(sql.source(FTS_TABLE, schema.messages))
+                .where(sql.condition(FTS_TABLE, schema.messages, form)))
+        return conn.execute(stmt, values).scalar()

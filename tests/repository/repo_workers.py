@@ -50,3 +50,38 @@ def append_many(path: str, session_id: str, count: int, start) -> None:
                                model="m-a" if i % 3 else "m-b")
         time.sleep(0.001)
     db.close()
+
+
+def append_concurrently(path: str, n: int, rounds: int, start, results) -> None:
+    """Per round: one message to the shared session, a batch of two to it (one with a
+    tool call), one message to this worker's own session; report every id."""
+    db = SessionDB(path)
+    start.wait()
+    ids = []
+    for r in range(rounds):
+        ids.append(db.append_message("shared", "user", f"{n}:{r}:0"))
+        ids.extend(db.append_messages("shared", [
+            {"role": "assistant", "content": f"{n}:{r}:1", "tool_calls": [{"id": "c"}]},
+            {"role": "tool", "content": f"{n}:{r}:2", "tool_call_id": "c"},
+        ]))
+        ids.append(db.append_message(f"own-{n}", "user", f"{n}:{r}"))
+    results.put(ids)
+    db.close()
+
+
+def claim_titles(path: str, session_id: str, rounds: int, barriers, results) -> None:
+    """Claim "Deploy <r>" for ``session_id`` in each round, both processes released
+    together by the round's barrier; report "won" or the error text per round."""
+    from hermes_store import TitleError
+
+    db = SessionDB(path)
+    outcomes = []
+    for r in range(rounds):
+        barriers[r].wait(60)
+        try:
+            db.set_session_title(session_id, f"Deploy {r}")
+            outcomes.append("won")
+        except TitleError as exc:
+            outcomes.append(str(exc))
+    results.put((session_id, outcomes))
+    db.close()

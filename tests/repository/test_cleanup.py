@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema
-from repo_helpers import db, db_path, add_message, set_fields  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, add_message, set_fields  # noqa: F401
 from support.upstream_state import load_hermes_state
 
 OLD = time.time() - 10 * 86400
@@ -210,10 +210,10 @@ def test_finalize_orphaned_compression_sessions(db):
     assert db.finalize_orphaned_compression_sessions() == 0
 
 
-def test_cleanup_methods_refuse_a_read_only_store(db_path):
+def test_cleanup_methods_refuse_a_read_only_store(db_target):
     from hermes_store.errors import StoreReadOnlyError
 
-    with SessionDB(db_path, read_only=True) as reader:
+    with SessionDB(db_target, read_only=True) as reader:
         assert reader.count_empty_sessions() == 0
         for call in (reader.delete_empty_sessions, reader.prune_empty_ghost_sessions,
                      reader.finalize_orphaned_compression_sessions,
@@ -222,7 +222,7 @@ def test_cleanup_methods_refuse_a_read_only_store(db_path):
                 call()
 
 
-def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_path):
+def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_target):
     # Another process writes the first message and holds its unit open: the check and
     # the delete wait for that commit, see the message, and keep the session.
     import multiprocessing
@@ -230,16 +230,16 @@ def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_path
     import cleanup_workers
     from hermes_store.engine import RetryPolicy
 
-    with SessionDB(db_path) as setup:
+    with SessionDB(db_target) as setup:
         setup.create_session("s", "cli")
     spawn = multiprocessing.get_context("spawn")
     written = spawn.Event()
     writer = spawn.Process(target=cleanup_workers.write_first_message_slowly,
-                           args=(str(db_path), "s", written, 1.0))
+                           args=(str(db_target), "s", written, 1.0))
     writer.start()
     assert written.wait(30), "the writer did not start"
     patient = RetryPolicy(attempts=60, busy_timeout=0.1, jitter_min=0.01, jitter_max=0.03)
-    with SessionDB(db_path, retry=patient) as db:
+    with SessionDB(db_target, retry=patient) as db:
         assert db.delete_session_if_empty("s") is False
         retries = db._units.retries
         assert [m["content"] for m in db.get_messages("s")] == ["just in time"]

@@ -7,14 +7,12 @@ through to a sqlite3 error (or silently misread), the test says so.
 
 from __future__ import annotations
 
-import sqlite3
 
 import pytest
 
-from hermes_store import SessionDB
 from hermes_store.errors import InvalidArgumentError
 
-from repo_helpers import db, db_path, set_fields  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, raw_rows, reopen, set_fields  # noqa: F401
 
 PEER_FIELDS = ("source", "session_key", "user_id", "chat_id", "chat_type", "thread_id",
                "display_name", "origin_json")
@@ -38,45 +36,40 @@ def gateway_session(db, sid, *, source="telegram", key=None, chat="c1", user="u1
     return sid
 
 
-def routing_rows(db_path):
-    conn = sqlite3.connect(db_path)
-    try:
-        return conn.execute(
-            "SELECT scope, session_key, entry_json, updated_at FROM gateway_routing "
-            "ORDER BY scope, session_key").fetchall()
-    finally:
-        conn.close()
+def routing_rows(db):
+    return raw_rows(db, "SELECT scope, session_key, entry_json, updated_at FROM gateway_routing "
+                        "ORDER BY scope, session_key")
 
 
 # --------------------------------------------------------------------------- routing index
 
 
-def test_save_upserts_one_entry_per_scope_and_key(db, db_path):
+def test_save_upserts_one_entry_per_scope_and_key(db):
     assert db.save_gateway_routing_entry("k1", '{"v": 1}') is None
     db.save_gateway_routing_entry("k1", '{"v": 2}')                  # same key: replaced
     db.save_gateway_routing_entry("k1", '{"other": true}', scope="/srv/b")
     assert db.load_gateway_routing_entries() == {"k1": '{"v": 2}'}
     assert db.load_gateway_routing_entries(scope="/srv/b") == {"k1": '{"other": true}'}
     assert db.load_gateway_routing_entries(scope="/nowhere") == {}
-    rows = routing_rows(db_path)
+    rows = routing_rows(db)
     assert [(r[0], r[1]) for r in rows] == [("", "k1"), ("/srv/b", "k1")]
     assert all(isinstance(r[3], float) and r[3] > 0 for r in rows)
 
 
 @pytest.mark.parametrize("key, entry", [("", '{"v": 1}'), (None, '{"v": 1}'),
                                         ("k", ""), ("k", None)])
-def test_save_without_a_key_or_an_entry_writes_nothing(db, db_path, key, entry):
+def test_save_without_a_key_or_an_entry_writes_nothing(db, key, entry):
     assert db.save_gateway_routing_entry(key, entry) is None
-    assert routing_rows(db_path) == []
+    assert routing_rows(db) == []
 
 
-def test_save_refuses_what_is_not_an_entry_or_a_scope(db, db_path):
+def test_save_refuses_what_is_not_an_entry_or_a_scope(db):
     # upstream: sqlite3.ProgrammingError / IntegrityError from the driver
     with pytest.raises(TypeError, match="json.dumps"):
         db.save_gateway_routing_entry("k", {"v": 1})
     with pytest.raises(InvalidArgumentError, match="scope"):
         db.save_gateway_routing_entry("k", "{}", scope=None)
-    assert routing_rows(db_path) == []
+    assert routing_rows(db) == []
 
 
 def test_replace_makes_the_mapping_the_whole_scope(db):
@@ -125,9 +118,9 @@ def test_delete_refuses_a_bare_string(db):
     assert db.load_gateway_routing_entries() == {"a": "1", "b": "2", "ab": "3"}
 
 
-def test_routing_index_is_shared_between_stores_on_one_file(db, db_path):
+def test_routing_index_is_shared_between_stores_on_one_file(db):
     db.save_gateway_routing_entry("k", '{"session_id": "s1"}', scope="/srv")
-    with SessionDB(db_path, read_only=True) as other:
+    with reopen(db, read_only=True) as other:
         assert other.load_gateway_routing_entries(scope="/srv") == {"k": '{"session_id": "s1"}'}
 
 

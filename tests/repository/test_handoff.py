@@ -14,7 +14,7 @@ import pytest
 from hermes_store import SessionDB
 
 import handoff_workers
-from repo_helpers import db, db_path, set_fields  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, set_fields  # noqa: F401
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -144,15 +144,15 @@ def test_pending_handoffs_are_listed_oldest_session_first_as_whole_rows(db):
     assert rows[0]["system_prompt"] == "prompt of older"
 
 
-def test_exactly_one_of_two_processes_wins_each_claim(db_path):
+def test_exactly_one_of_two_processes_wins_each_claim(db_target):
     rounds = [f"h{i}" for i in range(40)]
-    with SessionDB(db_path) as db:
+    with SessionDB(db_target) as db:
         for sid in rounds:
             db.create_session(sid, "cli")
             assert db.request_handoff(sid, "telegram")
     barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
     claimers = [SPAWN.Process(target=handoff_workers.claim_each,
-                              args=(str(db_path), rounds, barrier, results))
+                              args=(str(db_target), rounds, barrier, results))
                 for _ in range(2)]
     for proc in claimers:
         proc.start()
@@ -162,6 +162,6 @@ def test_exactly_one_of_two_processes_wins_each_claim(db_path):
         assert proc.exitcode == 0
     wins_per_round = [a + b for a, b in zip(*reports)]
     assert wins_per_round == [1] * len(rounds)
-    with SessionDB(db_path, read_only=True) as db:
+    with SessionDB(db_target, read_only=True) as db:
         assert {db.get_handoff_state(sid)["state"] for sid in rounds} == {"running"}
         assert db.list_pending_handoffs() == []

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, StoreClosedError, engine, schema
 from hermes_store.repository.prebuilt import Prebuilt
-from repo_helpers import copy_head, db, db_path  # noqa: F401
+from repo_helpers import copy_head, backend, db, db_path, db_target  # noqa: F401
 
 
 def _open_descriptors(path: Path) -> int:
@@ -37,6 +37,7 @@ def _use(db, tag: str) -> None:
     assert [m["content"] for m in db.get_messages(tag)] == [f"hello from {tag}"]
 
 
+@pytest.mark.sqlite_only("counts the descriptors this process holds on the file")
 def test_close_releases_the_connections_of_threads_still_running(db_path):
     store = SessionDB(db_path)
     ready, finish = threading.Barrier(4), threading.Event()
@@ -64,6 +65,8 @@ def test_close_releases_the_connections_of_threads_still_running(db_path):
     assert len(after_close) == 3
 
 
+@pytest.mark.sqlite_only("held connections are SQLite's (PostgreSQL checks out per call: "
+                         "tests/postgres/test_pg_store.py)")
 def test_a_thread_that_ends_releases_its_connections(db):
     _use(db, "main")
 
@@ -145,6 +148,7 @@ def test_the_core_fallback_answers_as_the_driver_path_does(tmp_path, monkeypatch
     assert seen and all(context is not None for context in seen)
 
 
+@pytest.mark.sqlite_only("the driver path's compiled form exists for pysqlite only")
 def test_prebuilt_statements_carry_numbers_in_their_sql_and_bind_text(db):
     m = schema.messages
     statement = Prebuilt(sa.select(m.c.id).where(

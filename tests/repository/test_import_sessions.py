@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema
 from hermes_store.errors import InvalidArgumentError, StoreReadOnlyError
-from repo_helpers import copy_head, db, db_path  # noqa: F401
+from repo_helpers import copy_head, backend, db, db_path, db_target, reopen  # noqa: F401
 from support.upstream_state import load_hermes_state
 
 T0 = 1_700_000_000.0
@@ -238,9 +238,9 @@ def test_odd_values_fall_back_as_upstream_does(db):
     assert other["model_config"] == "{}" and other["started_at"] == 12.5
 
 
-def test_all_or_nothing_when_the_store_refuses(db_path, db):
+def test_all_or_nothing_when_the_store_refuses(db):
     db.import_sessions([_session("first")])
-    with SessionDB(db_path, read_only=True) as reader:
+    with reopen(db, read_only=True) as reader:
         with pytest.raises(StoreReadOnlyError):
             reader.import_sessions([_session("second")])
     assert [s["id"] for s in db.search_sessions(limit=None)] == ["first"]

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 
 import pytest
 
 from hermes_store import SessionNotFoundError, schema
 from hermes_store.errors import InvalidArgumentError
 
-from repo_helpers import db, db_path  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, fts_hits, raw_rows  # noqa: F401
 
 MESSAGE_COLUMNS = set(schema.messages.c.keys())
 
 
-def raw(db_path, sql, *params):
-    """Read the file with plain sqlite3, bypassing the repository's decoding."""
-    conn = sqlite3.connect(db_path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def raw(db, sql, **params):
+    """What is stored, read with plain SQL on the store's engine (no decoding of ours)."""
+    return raw_rows(db, sql, **params)
 
 
 def counters(db, session_id):
@@ -63,7 +58,7 @@ def test_tool_rows_do_not_count_as_tool_calls(db, s1):
     assert counters(db, s1) == (1, 0)
 
 
-def test_json_fields_are_stored_as_json_text_and_empty_ones_as_null(db, db_path, s1):
+def test_json_fields_are_stored_as_json_text_and_empty_ones_as_null(db, s1):
     mid = db.append_message(
         s1, "assistant", "x",
         tool_calls=[{"id": "c1"}],
@@ -71,8 +66,8 @@ def test_json_fields_are_stored_as_json_text_and_empty_ones_as_null(db, db_path,
         codex_reasoning_items=[{"id": "ri"}],
         codex_message_items=[],
     )
-    (stored,) = raw(db_path, "SELECT tool_calls, reasoning_details, codex_reasoning_items, "
-                    "codex_message_items FROM messages WHERE id = ?", mid)
+    (stored,) = raw(db, "SELECT tool_calls, reasoning_details, codex_reasoning_items, "
+                    "codex_message_items FROM messages WHERE id = :id", id=mid)
     assert stored == ('[{"id": "c1"}]', '[{"type": "summary", "text": "r"}]',
                       '[{"id": "ri"}]', None)
 
@@ -86,10 +81,10 @@ def test_get_messages_decodes_tool_calls_but_keeps_reasoning_json_raw(db, s1):
     assert msg["codex_message_items"] == '[{"m": 2}]'
 
 
-def test_multimodal_content_is_stored_with_the_json_marker_and_decoded(db, db_path, s1):
+def test_multimodal_content_is_stored_with_the_json_marker_and_decoded(db, s1):
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]
     mid = db.append_message(s1, "user", parts)
-    (stored,) = raw(db_path, "SELECT content FROM messages WHERE id = ?", mid)
+    (stored,) = raw(db, "SELECT content FROM messages WHERE id = :id", id=mid)
     assert stored[0].startswith("\x00json:")
     assert db.get_messages(s1)[0]["content"] == parts
 
@@ -99,12 +94,12 @@ def test_scalar_content_is_bound_as_is(db, s1):
     assert db.get_messages(s1)[0]["content"] == "42"  # TEXT affinity, as upstream
 
 
-def test_lone_surrogates_are_replaced_in_every_text_field(db, db_path, s1):
+def test_lone_surrogates_are_replaced_in_every_text_field(db, s1):
     bad = "a\ud800b"
     mid = db.append_message(s1, "assistant", bad, tool_name=bad, reasoning=bad,
                             reasoning_content=bad, api_content=bad, finish_reason=bad)
-    (row,) = raw(db_path, "SELECT content, tool_name, reasoning, reasoning_content, "
-                 "api_content, finish_reason FROM messages WHERE id = ?", mid)
+    (row,) = raw(db, "SELECT content, tool_name, reasoning, reasoning_content, "
+                 "api_content, finish_reason FROM messages WHERE id = :id", id=mid)
     assert set(row) == {"a\ufffdb"}
 
 
@@ -134,10 +129,10 @@ def test_unusable_timestamp_falls_back_to_now(db, s1, unusable):
     assert db.get_messages(s1)[0]["timestamp"] >= before
 
 
-def test_append_to_unknown_session_raises_and_writes_nothing(db, db_path):
+def test_append_to_unknown_session_raises_and_writes_nothing(db):
     with pytest.raises(SessionNotFoundError, match="nope"):
         db.append_message("nope", "user", "x")
-    assert raw(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert raw(db, "SELECT COUNT(*) FROM messages") == [(0,)]
 
 
 def test_append_without_role_is_a_clear_value_error(db, s1):
@@ -166,10 +161,10 @@ def _nested(depth):
     {"tool_calls": _nested(100_000)},  # deeper than json can encode
     {"reasoning_details": [b"bytes"]},
 ])
-def test_unstorable_values_are_refused_and_write_nothing(db, db_path, s1, bad):
+def test_unstorable_values_are_refused_and_write_nothing(db, s1, bad):
     with pytest.raises(InvalidArgumentError, match="nothing was written|Nothing was written"):
         db.append_message(s1, "assistant", **{"content": "x", **bad})
-    assert raw(db_path, "SELECT COUNT(*) FROM messages") == [(0,)]
+    assert raw(db, "SELECT COUNT(*) FROM messages") == [(0,)]
     assert counters(db, s1) == (0, 0)
 
 
@@ -431,7 +426,7 @@ def test_list_recent_user_messages(db, s1):
 # --------------------------------------------------------------------------- clear / windows
 
 
-def test_clear_messages_empties_transcript_and_index_but_keeps_session(db, db_path, s1):
+def test_clear_messages_empties_transcript_and_index_but_keeps_session(db, s1):
     db.append_message(s1, "user", "zebra crossing")
     db.append_message(s1, "assistant", "ok", tool_calls=[{"id": 1}])
     assert db.search_messages("zebra")
@@ -440,8 +435,7 @@ def test_clear_messages_empties_transcript_and_index_but_keeps_session(db, db_pa
     assert counters(db, s1) == (0, 0)
     assert db.get_session(s1) is not None
     assert db.search_messages("zebra") == []
-    assert raw(db_path,
-               "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'") == [(0,)]
+    assert fts_hits(db, "zebra") == 0  # the word index itself, not only search
     db.clear_messages("nope")  # unknown session: no-op
 
 

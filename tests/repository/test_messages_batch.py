@@ -4,17 +4,16 @@ behind ``append_message``, against real files."""
 from __future__ import annotations
 
 import inspect
-import shutil
-import sqlite3
 
 import pytest
+import sqlalchemy as sa
 
-from hermes_store import SessionDB, SessionNotFoundError
+from hermes_store import SessionDB, SessionNotFoundError, schema
 from hermes_store.errors import InvalidArgumentError
 from hermes_store.repository import prebuilt
 from hermes_store.repository.messages import MessagesMixin
 
-from repo_helpers import db, db_path  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, other_target  # noqa: F401
 
 #: one of every kind of message the encoding rules treat differently
 MIXED = [
@@ -37,13 +36,11 @@ MIXED = [
 ]
 
 
-def raw_rows(path):
-    conn = sqlite3.connect(path)
-    try:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("SELECT * FROM messages ORDER BY id")]
-    finally:
-        conn.close()
+def raw_rows(store):
+    """Every stored message row, as the engine hands it back (no decoding of ours)."""
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(
+            sa.select(schema.messages).order_by(schema.messages.c.id))]
 
 
 def hits(store, query):
@@ -57,20 +54,15 @@ def counters(store, session_id):
     return row["message_count"], row["tool_call_count"]
 
 
-def message_count_raw(path):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
+def message_count_raw(store):
+    with store.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(schema.messages)).scalar()
 
 
 @pytest.fixture
-def pair(db_path, tmp_path):
-    """Two stores on copies of the same head file, each with session s1."""
-    other = tmp_path / "other.db"
-    shutil.copyfile(db_path, other)
-    stores = [SessionDB(db_path), SessionDB(other)]
+def pair(db_target, other_target):
+    """Two stores on two fresh databases at head (one engine), each with session s1."""
+    stores = [SessionDB(db_target), SessionDB(other_target)]
     for store in stores:
         store.create_session("s1", "cli")
     yield stores
@@ -93,7 +85,7 @@ def test_a_batch_stores_what_one_call_per_message_stores(pair):
     ids_batch = batched.append_messages("s1", MIXED)
 
     assert ids_batch == ids_single
-    assert raw_rows(batched.db_path) == raw_rows(one_by_one.db_path)
+    assert raw_rows(batched) == raw_rows(one_by_one)
     assert counters(batched, "s1") == counters(one_by_one, "s1") == (7, 3)
     # the full-text indexes saw the same rows, and they match the table
     for query in ("docker", "deployed", "shell", "look"):
@@ -142,16 +134,16 @@ def test_messages_must_be_an_iterable_of_dicts(db, s1, not_a_batch):
         db.append_messages(s1, not_a_batch)
 
 
-def test_unknown_session_raises_and_writes_nothing(db, db_path):
+def test_unknown_session_raises_and_writes_nothing(db):
     with pytest.raises(SessionNotFoundError, match="nope"):
         db.append_messages("nope", [{"role": "user", "content": "x"}])
-    assert message_count_raw(db_path) == 0
+    assert message_count_raw(db) == 0
 
 
-def test_empty_batch_is_a_no_op(db, db_path, s1):
+def test_empty_batch_is_a_no_op(db, s1):
     assert db.append_messages(s1, []) == []
     assert db.append_messages("nope", iter(())) == []
-    assert message_count_raw(db_path) == 0 and counters(db, s1) == (0, 0)
+    assert message_count_raw(db) == 0 and counters(db, s1) == (0, 0)
 
 
 def test_batch_fields_are_exactly_append_message_arguments():
@@ -162,26 +154,33 @@ def test_batch_fields_are_exactly_append_message_arguments():
     assert set(_APPEND_FIELDS) == single
 
 
-def _fail_inserts_of(path, content):
+_REFUSING_TRIGGER = {
+    "sqlite": ["CREATE TRIGGER test_refuse BEFORE INSERT ON messages "
+               "WHEN new.content = '{content}' BEGIN SELECT RAISE(ABORT, 'refused'); END"],
+    "postgresql": [
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.content = '{content}' THEN RAISE EXCEPTION 'refused'; END IF; "
+        "RETURN NEW; END $$",
+        "CREATE TRIGGER test_refuse BEFORE INSERT ON messages "
+        "FOR EACH ROW EXECUTE FUNCTION test_refuse()",
+    ],
+}
+
+
+def _fail_inserts_of(store, content):
     """A trigger that aborts inserting a message with this content (a failure inside
-    the write unit, after the counters were updated)."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute(
-            "CREATE TRIGGER test_refuse BEFORE INSERT ON messages "
-            f"WHEN new.content = '{content}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    the write unit, after the counters were updated), added behind the store's back."""
+    with store.engine.begin() as conn:
+        for ddl in _REFUSING_TRIGGER[store.engine.dialect.name]:
+            conn.exec_driver_sql(ddl.format(content=content))
 
 
-def test_a_failure_inside_the_unit_rolls_back_rows_and_counters(db_path, tmp_path):
-    with SessionDB(db_path) as store:
+def test_a_failure_inside_the_unit_rolls_back_rows_and_counters(db_target):
+    with SessionDB(db_target) as store:
         store.create_session("s1", "cli")
         store.append_message("s1", "user", "kept")
-    _fail_inserts_of(db_path, "boom")
-    with SessionDB(db_path) as store:
+        _fail_inserts_of(store, "boom")
+    with SessionDB(db_target) as store:
         with pytest.raises(Exception, match="refused"):
             store.append_messages("s1", [{"role": "user", "content": "a"},
                                          {"role": "user", "content": "boom"}])
@@ -195,6 +194,7 @@ def test_a_failure_inside_the_unit_rolls_back_rows_and_counters(db_path, tmp_pat
 # --------------------------------------------------------------------------- prebuilt
 
 
+@pytest.mark.sqlite_only("compares SQLite's driver path with its Core path")
 def test_core_fallback_stores_the_same_rows(pair, monkeypatch):
     """A dialect the driver shortcut cannot serve runs the Core statements: same result."""
     fast, core = pair
@@ -205,7 +205,7 @@ def test_core_fallback_stores_the_same_rows(pair, monkeypatch):
         monkeypatch.setattr(statement, "_forms", {})
     core.append_message("s1", **MIXED[0])
     core.append_messages("s1", MIXED[1:])
-    assert raw_rows(core.db_path) == raw_rows(fast.db_path)
+    assert raw_rows(core) == raw_rows(fast)
     assert counters(core, "s1") == counters(fast, "s1")
     with pytest.raises(SessionNotFoundError):
         core.append_message("nope", "user", "x")

@@ -1,38 +1,38 @@
 """Rows another program wrote with broken JSON still read (never an exception).
 
-The file is edited with plain sqlite3 — the way a buggy third-party writer would —
-then read through every message read path.
+The rows are edited with plain SQL on the store's engine, outside the repository — the
+way a buggy third-party writer would — then read through every message read path.
 """
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
+import sqlalchemy as sa
 
-from repo_helpers import db, db_path  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+
+
+def write_behind(db, sql, **params):
+    """Run plain SQL (``:name`` parameters) on the store's engine, as another program."""
+    with db.engine.begin() as conn:
+        conn.execute(sa.text(sql), params)
 
 BROKEN = "{not json"
 
 
 @pytest.fixture
-def broken(db, db_path):
+def broken(db):
     db.create_session("s1", "cli")
     db.append_message("s1", "user", "please deploy the widget")
     bad_id = db.append_message("s1", "assistant", "deploying widget now",
                                tool_calls=[{"id": "c1"}], reasoning_details=[{"r": 1}],
                                codex_reasoning_items=[{"c": 1}], codex_message_items=[{"m": 1}])
     db.append_message("s1", "user", "multimodal placeholder")
-    conn = sqlite3.connect(db_path)
-    with conn:
-        conn.execute(
-            "UPDATE messages SET tool_calls = ?, reasoning_details = ?, "
-            "codex_reasoning_items = ?, codex_message_items = ? WHERE id = ?",
-            (BROKEN, BROKEN, BROKEN, BROKEN, bad_id),
-        )
-        conn.execute("UPDATE messages SET content = ? WHERE content = 'multimodal placeholder'",
-                     ("\x00json:[{broken",))
-    conn.close()
+    write_behind(db, "UPDATE messages SET tool_calls = :b, reasoning_details = :b, "
+                     "codex_reasoning_items = :b, codex_message_items = :b WHERE id = :id",
+                 b=BROKEN, id=bad_id)
+    write_behind(db, "UPDATE messages SET content = :c WHERE content = 'multimodal placeholder'",
+                 c="\x00json:[{broken")
     return bad_id
 
 
@@ -64,15 +64,12 @@ def test_windows_and_search_read_broken_json(db, broken):
     assert db.list_recent_user_messages("s1")[0]["preview"] == "\x00json:[{broken"
 
 
-def test_json_too_deep_to_decode_still_reads(db, db_path):
+def test_json_too_deep_to_decode_still_reads(db):
     db.create_session("s1", "cli")
     mid = db.append_message("s1", "assistant", "deep", tool_calls=[{"id": "c"}])
     deep = "[" * 50_000 + "]" * 50_000  # valid JSON, beyond Python's recursion limit
-    conn = sqlite3.connect(db_path)
-    with conn:
-        conn.execute("UPDATE messages SET tool_calls = ?, reasoning_details = ?, content = ? "
-                     "WHERE id = ?", (deep, deep, "\x00json:" + deep, mid))
-    conn.close()
+    write_behind(db, "UPDATE messages SET tool_calls = :d, reasoning_details = :d, content = :c "
+                     "WHERE id = :id", d=deep, c="\x00json:" + deep, id=mid)
     (msg,) = db.get_messages("s1")
     assert msg["tool_calls"] == [] and msg["content"] == "\x00json:" + deep
     (turn,) = db.get_messages_as_conversation("s1")

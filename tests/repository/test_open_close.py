@@ -1,4 +1,6 @@
-"""Opening and closing SessionDB: paths, permissions, refusals, read-only, close."""
+"""Opening and closing SessionDB: paths, permissions, refusals (SQLite files), read-only
+and close (both engines); PostgreSQL's own opening cases are in
+``tests/postgres/test_pg_store.py``."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from hermes_store import (
 )
 from hermes_store.errors import StoreNotFoundError, StoreReadOnlyError
 from conftest import copy_fixture
-from repo_helpers import copy_head, db, db_path  # noqa: F401
+from repo_helpers import copy_head, backend, db, db_path, db_target  # noqa: F401
 
 
 def _digest(path):
@@ -79,11 +81,11 @@ def test_not_a_database_is_refused_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
 
 
-def test_read_only(db_path):
-    with SessionDB(db_path) as db:
+def test_read_only(db_target):
+    with SessionDB(db_target) as db:
         db.create_session("s", "cli")
         db.set_session_title("s", "Kept")
-    ro = SessionDB(db_path, read_only=True)
+    ro = SessionDB(db_target, read_only=True)
     assert ro.get_session_title("s") == "Kept"
     assert [r["id"] for r in ro.list_sessions_rich()] == ["s"]
     with pytest.raises(StoreReadOnlyError, match="read_only=True"):
@@ -91,7 +93,7 @@ def test_read_only(db_path):
     with pytest.raises(StoreReadOnlyError):
         ro.create_session("t", "cli")
     ro.close()
-    with SessionDB(db_path) as db:
+    with SessionDB(db_target) as db:
         assert db.get_session_title("s") == "Kept" and db.get_session("t") is None
 
 
@@ -129,8 +131,8 @@ def test_newer_schema_is_refused_untouched(db_path):
     assert _digest(db_path) == before
 
 
-def test_close_is_idempotent_and_every_call_after_it_fails_clearly(db_path):
-    db = SessionDB(db_path)
+def test_close_is_idempotent_and_every_call_after_it_fails_clearly(db_target):
+    db = SessionDB(db_target)
     db.create_session("s", "cli")
     db.close()
     db.close()
@@ -199,7 +201,8 @@ import sys
 from hermes_store import SessionDB
 with SessionDB(sys.argv[1]) as db:
     print(db.get_session("s")["source"])
-print(",".join(sorted(m for m in ("alembic", "mako") if m in sys.modules)))
+print(",".join(sorted(m for m in ("alembic", "mako", "psycopg", "hermes_store.postgres")
+                     if m in sys.modules)))
 """
 
 
@@ -213,6 +216,7 @@ def _open_in_child(path) -> list[str]:
 
 
 def test_opening_a_file_at_head_does_not_import_alembic(db_path):
+    # nor the PostgreSQL side: psycopg and hermes_store.postgres stay unloaded
     with SessionDB(db_path) as store:
         store.create_session("s", "cli")
     assert _open_in_child(db_path) == ["cli", ""]

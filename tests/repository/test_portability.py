@@ -8,7 +8,9 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import schema
-from repo_helpers import db, db_path, add_message, fts_hits, set_fields  # noqa: F401
+from repo_helpers import (  # noqa: F401
+    add_message, backend, db, db_path, db_target, fts_hits, set_fields,
+)
 
 OLD = time.time() - 200 * 86400
 

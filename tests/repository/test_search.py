@@ -5,14 +5,14 @@ short-CJK scan, fallback when an index is missing or damaged)."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 
 import pytest
+import sqlalchemy as sa
 
 from hermes_store import SessionDB
 from hermes_store.fts import ddl as fts_ddl
 
-from repo_helpers import db, db_path  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target, reopen  # noqa: F401
 
 RESULT_KEYS = {"id", "session_id", "role", "snippet", "timestamp", "tool_name", "source",
                "model", "session_started", "context"}
@@ -22,11 +22,10 @@ def ids(results):
     return [r["id"] for r in results]
 
 
-def raw_exec(db_path, sql, *params):
-    conn = sqlite3.connect(db_path)
-    with conn:
-        conn.execute(sql, params)
-    conn.close()
+def write_behind(db, sql, **params):
+    """Plain SQL (``:name`` parameters) on the store's engine, outside the repository."""
+    with db.engine.begin() as conn:
+        conn.execute(sa.text(sql), params)
 
 
 @pytest.fixture
@@ -114,9 +113,8 @@ def test_context_orders_neighbours_by_timestamp_and_ignores_active(db):
     db.append_message("s", "assistant", "the platypus", timestamp=20.0)
     db.append_message("s", "user", "image only", timestamp=10.0)
     late = db.append_message("s", "user", "later by clock", timestamp=30.0)
-    db._write(lambda conn: conn.exec_driver_sql(
-        "UPDATE messages SET content = ? WHERE content = 'image only'",
-        ('\x00json:[{"type": "image_url", "image_url": {"url": "u"}}]',)))
+    write_behind(db, "UPDATE messages SET content = :c WHERE content = 'image only'",
+                 c='\x00json:[{"type": "image_url", "image_url": {"url": "u"}}]')
     db.rewind_to_message("s", late)  # a rewound neighbour still gives context
     (hit,) = db.search_messages("platypus")
     assert hit["context"] == [
@@ -165,10 +163,10 @@ def test_rewound_rows_hidden_compacted_rows_kept(db):
     assert rewound in ids(db.search_messages("walrus", include_inactive=True))
 
 
-def test_rows_marked_hidden_for_display_are_not_found(db, db_path):
+def test_rows_marked_hidden_for_display_are_not_found(db):
     db.create_session("s", "cli")
     hidden = db.append_message("s", "user", "secret lemur")
-    raw_exec(db_path, "UPDATE messages SET display_kind = 'hidden' WHERE id = ?", hidden)
+    write_behind(db, "UPDATE messages SET display_kind = 'hidden' WHERE id = :id", id=hidden)
     assert db.search_messages("lemur") == []
     assert ids(db.search_messages("lemur", include_inactive=True)) == [hidden]
 
@@ -321,21 +319,28 @@ def test_latin_retry_does_not_replace_real_results_on_later_pages(db):
 
 
 def test_missing_index_falls_back_to_the_bounded_scan(db, corpus):
-    db._write(fts_ddl.drop_fts)
+    if db.engine.dialect.name == "postgresql":
+        from hermes_store.fts import postgres as fts_postgres
+
+        db._write(fts_postgres.drop_fts)
+    else:
+        db._write(fts_ddl.drop_fts)
     assert set(ids(db.search_messages("docker"))) == {corpus["q"], corpus["a"], corpus["tg"]}
 
 
-def test_damaged_index_falls_back_and_logs(db, db_path, corpus, caplog):
-    raw_exec(db_path, "DELETE FROM messages_fts_data WHERE id > 10")
+@pytest.mark.sqlite_only("damages an FTS5 shadow table (PostgreSQL's GIN index cannot be "
+                         "damaged this way, and its conditions work without the index)")
+def test_damaged_index_falls_back_and_logs(db, corpus, caplog):
+    write_behind(db, "DELETE FROM messages_fts_data WHERE id > 10")
     with caplog.at_level(logging.WARNING, logger="hermes_store.repository.search"):
         hits = db.search_messages("docker")
     assert set(ids(hits)) == {corpus["q"], corpus["a"], corpus["tg"]}
     assert "bounded LIKE scan" in caplog.text
 
 
-def test_read_only_store_searches(db, db_path, corpus):
+def test_read_only_store_searches(db, corpus):
     db.close()
-    with SessionDB(db_path, read_only=True) as ro:
+    with reopen(db, read_only=True) as ro:
         assert set(ids(ro.search_messages("docker"))) == {corpus["q"], corpus["a"], corpus["tg"]}
 
 

@@ -1,6 +1,7 @@
-"""How search_messages reaches SQLite: a fixed handful of statements per search, plans
-that use the indexes (checked with EXPLAIN QUERY PLAN on the SQL actually sent), and
-the orders that the faster plans must keep (rank ties, context at equal timestamps)."""
+"""How search_messages reaches the database: a fixed handful of statements per search
+(both engines), plans that use the indexes (SQLite: EXPLAIN QUERY PLAN on the SQL
+actually sent), and the orders that the faster plans must keep (rank ties, context at
+equal timestamps; both engines)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import event
 
-from repo_helpers import db, db_path  # noqa: F401
+from repo_helpers import backend, db, db_path, db_target  # noqa: F401
 
 
 @contextmanager
@@ -72,6 +73,7 @@ def test_statements_per_search_do_not_grow_with_the_hits(long_session, kwargs):
     assert len(many) == len(few) <= 5  # BEGIN, index lookup, one or two SELECTs
 
 
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN of FTS5 statements")
 def test_relevance_order_is_left_to_fts5_and_context_uses_the_session_index(
         long_session, db_path):
     with sent_sql(long_session) as sent:
@@ -84,6 +86,7 @@ def test_relevance_order_is_left_to_fts5_and_context_uses_the_session_index(
     assert "idx_messages_session (session_id=? AND timestamp>?)" in main
 
 
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN of FTS5 statements")
 def test_time_order_sorts_ids_only_then_reads_the_page(long_session, db_path):
     with sent_sql(long_session) as sent:
         hits = long_session.search_messages("docker", sort="newest", limit=3)
@@ -115,6 +118,7 @@ def test_context_at_equal_timestamps_follows_ids(db):
     assert [c["content"] for c in hit["context"]] == ["bravo", "charlie"]
 
 
+@pytest.mark.sqlite_only("damages an FTS5 shadow table")
 def test_damaged_index_with_time_order_falls_back(db, db_path, caplog):
     db.create_session("s", "cli")
     db.append_messages("s", [{"role": "user", "content": f"docker {i}"} for i in range(30)])

@@ -1,5 +1,6 @@
 """Property tests: no query text, however hostile, makes search raise or reach FTS5 in a
-form it rejects (which 0.19.0 swallowed into a silent empty result)."""
+form it rejects (which 0.19.0 swallowed into a silent empty result) — nor, on
+PostgreSQL, ``to_tsquery`` or a LIKE pattern."""
 
 from __future__ import annotations
 
@@ -47,10 +48,19 @@ class _Warnings(logging.Handler):
         self.records.append(record)
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = copy_head(tmp_path_factory.mktemp("prop") / "state.db")
-    db = SessionDB(path)
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def store(request, tmp_path_factory):
+    """One store per engine for the module (PostgreSQL: a database at head taken from
+    the test server's template and given back afterwards)."""
+    if request.param == "sqlite":
+        target = copy_head(tmp_path_factory.mktemp("prop") / "state.db")
+    else:
+        server = request.getfixturevalue("pg_server")
+        template = request.getfixturevalue("pg_template")
+        name = template.take()
+        request.addfinalizer(lambda: template.give_back(name))
+        target = server.url(name)
+    db = SessionDB(target)
     db.create_session("s1", "cli")
     db.create_session("s2", "telegram")
     db.create_session("job", "cron")

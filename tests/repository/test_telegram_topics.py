@@ -6,9 +6,9 @@ comparison); where we differ on purpose (error classes) the test says so."""
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 
 import pytest
+import sqlalchemy as sa
 
 from hermes_store import SessionDB, migrate
 from hermes_store.errors import (
@@ -17,7 +17,8 @@ from hermes_store.errors import (
     StoreClosedError,
     StoreReadOnlyError,
 )
-from repo_helpers import add_message, db, db_path, set_fields  # noqa: F401
+from hermes_store.location import resolve
+from repo_helpers import add_message, backend, db, db_path, db_target, set_fields  # noqa: F401
 
 SPAWN = multiprocessing.get_context("spawn")
 TOPIC_TABLES = {"telegram_dm_topic_mode", "telegram_dm_topic_bindings",
@@ -26,12 +27,26 @@ BINDING_KEYS = ["chat_id", "thread_id", "user_id", "session_key", "session_id",
                 "managed_mode", "linked_at", "updated_at"]
 
 
-def _tables(path) -> set[str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def _tables(target) -> set[str]:
+    """The tables of the database (a file or a URL), read outside any store."""
+    engine = sa.create_engine(resolve(target).url, poolclass=sa.pool.NullPool)
     try:
-        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return set(sa.inspect(engine).get_table_names())
     finally:
-        conn.close()
+        engine.dispose()
+
+
+def _topic_revision(target) -> str | None:
+    """The revision in the branch's version table (None: no table), read outside any store."""
+    if "alembic_version_telegram_topics" not in _tables(target):
+        return None
+    engine = sa.create_engine(resolve(target).url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql(
+                "SELECT version_num FROM alembic_version_telegram_topics").scalar_one()
+    finally:
+        engine.dispose()
 
 
 def _bind(db, thread, session, *, chat="100", user="7", **kw):
@@ -48,7 +63,7 @@ def sessions(db):
 
 # --------------------------------------------------------------------------- before opt-in
 
-def test_opening_and_reading_never_create_the_topic_tables(db, db_path):
+def test_opening_and_reading_never_create_the_topic_tables(db, db_target):
     db.create_session("t1", "telegram", user_id="7")
     assert db.is_telegram_topic_mode_enabled(chat_id="1", user_id="7") is False
     assert db.get_telegram_topic_binding(chat_id="1", thread_id="2") is None
@@ -60,18 +75,18 @@ def test_opening_and_reading_never_create_the_topic_tables(db, db_path):
     # Without bindings every Telegram session of the user is "unlinked".
     assert [s["id"] for s in db.list_unlinked_telegram_sessions_for_user(chat_id="1", user_id="7")] == ["t1"]
     db.close()
-    SessionDB(db_path).close()
-    assert not _tables(db_path) & TOPIC_TABLES
-    assert migrate.telegram_topics_current(db_path) is None
+    SessionDB(db_target).close()
+    assert not _tables(db_target) & TOPIC_TABLES
+    assert _topic_revision(db_target) is None
 
 
-def test_apply_creates_the_tables_at_head_and_writes_upstreams_meta_key(db, db_path):
+def test_apply_creates_the_tables_at_head_and_writes_upstreams_meta_key(db, db_target):
     db.apply_telegram_topic_migration()
-    assert _tables(db_path) >= TOPIC_TABLES
+    assert _tables(db_target) >= TOPIC_TABLES
     assert db.get_meta("telegram_dm_topic_schema_version") == "2"
-    assert migrate.telegram_topics_current(db_path) == migrate.telegram_topics_head() == "t002"
+    assert _topic_revision(db_target) == migrate.telegram_topics_head() == "t002"
     db.apply_telegram_topic_migration()  # idempotent
-    assert migrate.check(db_path).ok
+    assert migrate.check(db_target).ok
 
 
 # --------------------------------------------------------------------------- mode
@@ -255,11 +270,11 @@ def test_unlinked_sessions_of_a_user_newest_activity_first_with_preview(sessions
 
 # --------------------------------------------------------------------------- store states
 
-def test_a_read_only_store_reads_and_refuses_every_write(db_path):
-    with SessionDB(db_path) as db:
+def test_a_read_only_store_reads_and_refuses_every_write(db_target):
+    with SessionDB(db_target) as db:
         db.create_session("a", "telegram", user_id="7")
         _bind(db, "1", "a")
-    with SessionDB(db_path, read_only=True) as ro:
+    with SessionDB(db_target, read_only=True) as ro:
         assert ro.get_telegram_topic_binding(chat_id="100", thread_id="1")["session_id"] == "a"
         for call in (
             ro.apply_telegram_topic_migration,
@@ -270,15 +285,15 @@ def test_a_read_only_store_reads_and_refuses_every_write(db_path):
         ):
             with pytest.raises(StoreReadOnlyError):
                 call()
-    with SessionDB(db_path) as db:
+    with SessionDB(db_target) as db:
         assert db.get_telegram_topic_binding(chat_id="100", thread_id="1") is not None
 
 
-def test_a_read_only_store_never_opts_in(db_path):
-    with SessionDB(db_path, read_only=True) as ro:
+def test_a_read_only_store_never_opts_in(db_target):
+    with SessionDB(db_target, read_only=True) as ro:
         with pytest.raises(StoreReadOnlyError):
             ro.enable_telegram_topic_mode(chat_id="1", user_id="2")
-    assert not _tables(db_path) & TOPIC_TABLES
+    assert not _tables(db_target) & TOPIC_TABLES
 
 
 def test_a_closed_store_refuses_the_topic_methods(db):
@@ -295,23 +310,20 @@ def _opt_in(path: str, chat: str, start) -> None:
         store.enable_telegram_topic_mode(chat_id=chat, user_id="7")
 
 
-def test_two_processes_opting_in_at_once_create_the_tables_once(db_path):
+def test_two_processes_opting_in_at_once_create_the_tables_once(db_target):
     start = SPAWN.Barrier(2)
-    workers = [SPAWN.Process(target=_opt_in, args=(str(db_path), chat, start)) for chat in ("1", "2")]
+    workers = [SPAWN.Process(target=_opt_in, args=(str(db_target), chat, start))
+               for chat in ("1", "2")]
     for w in workers:
         w.start()
     for w in workers:
         w.join(120)
     assert [w.exitcode for w in workers] == [0, 0]
-    with SessionDB(db_path) as db:
+    with SessionDB(db_target) as db:
         assert db.is_telegram_topic_mode_enabled(chat_id="1", user_id="7")
         assert db.is_telegram_topic_mode_enabled(chat_id="2", user_id="7")
-    conn = sqlite3.connect(db_path)
-    try:
-        assert conn.execute("SELECT version_num FROM alembic_version_telegram_topics").fetchall() == [("t002",)]
-    finally:
-        conn.close()
-    assert migrate.check(db_path).ok
+    assert _topic_revision(db_target) == "t002"
+    assert migrate.check(db_target).ok
 
 
 #: recorded from ``inspect.signature`` of upstream 0.19.0's SessionDB (annotations dropped)

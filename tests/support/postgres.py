@@ -222,7 +222,7 @@ class PostgresServer:
 # costs 0.3-0.5 s here. So a test's database is recycled for the next test when the test
 # left its *schema* exactly as the template's (the fingerprint below: tables, columns,
 # indexes, constraints, defaults, triggers, functions, extensions, schemas, settings, and
-# the two version tables' rows): its rows are truncated and its sequences restarted,
+# the two version tables' rows): its rows are deleted and its sequences restarted,
 # which is what a fresh copy holds. Any other database is dropped.
 _FINGERPRINT = """
 SELECT md5(string_agg(item, E'\n' ORDER BY item)) FROM (
@@ -263,19 +263,33 @@ def _fingerprint(conn) -> str | None:
 
 
 def _recycle(server: PostgresServer, name: str, template_fingerprint: str) -> bool:
-    """Reset ``name`` to the template's state if its schema is untouched; else False."""
-    server.admin(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-    )
+    """Reset ``name`` to the template's state if its schema is untouched; else False.
+
+    Every other session on it is ended first (a test's pool, a connection it left open:
+    their locks go with them). The rows go by DELETE, not TRUNCATE: a test leaves a
+    handful of rows, and TRUNCATE gives every table and index a new file (three times
+    the cost here, ~30 of ~75 ms per test); with ``session_replication_role = replica``
+    no trigger or foreign-key check runs, so the order does not matter. Sequences start
+    again at 1, as in a fresh copy.
+    """
     with server.connect(name) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         fingerprint = _fingerprint(conn)
         if fingerprint is None or fingerprint != template_fingerprint:
             return False
         tables = [t for (t,) in conn.execute(
             "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public'"
         ) if t not in _KEEP_ROWS]
-        conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        conn.execute("SET session_replication_role = replica")
+        for table in tables:
+            conn.execute(f"DELETE FROM {table}")
+        conn.execute(
+            "SELECT setval(format('%I.%I', schemaname, sequencename)::regclass, 1, false) "
+            "FROM pg_sequences WHERE schemaname = 'public'"
+        )
         conn.execute("SELECT pg_advisory_unlock_all()")
     return True
 
