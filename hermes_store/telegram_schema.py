@@ -9,9 +9,10 @@ they live in their own ``MetaData`` here and in their own Alembic script locatio
 ``migrations/telegram_topics/`` (revisions ``t001``, ``t002`` = topic schema versions
 1 and 2, version table ``alembic_version_telegram_topics``). See ``docs/migrations.md``.
 
-The declarations follow ``schema.py``'s conventions (``sa.REAL``, upstream's defaults,
-a single TEXT primary key left nullable as upstream declares it), so that what
-``metadata.create_all`` renders matches upstream's tables, on SQLite and on PostgreSQL.
+The declarations follow ``schema.py``'s conventions (its ``INTEGER``/``REAL``: SQLite's
+DDL unchanged, 64-bit on PostgreSQL; upstream's defaults; a single TEXT primary key left
+nullable as upstream declares it), so that what ``metadata.create_all`` renders matches
+upstream's tables on SQLite and keeps every value on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from . import schema
+from .schema import INTEGER, REAL
 
 #: the Alembic branch: ``alembic -n telegram_topics …`` and ``migrations/telegram_topics/``
 BRANCH = "telegram_topics"
@@ -34,12 +36,12 @@ telegram_dm_topic_mode = sa.Table(
     metadata,
     sa.Column("chat_id", sa.Text, primary_key=True, nullable=True),
     sa.Column("user_id", sa.Text, nullable=False),
-    sa.Column("enabled", sa.Integer, nullable=False, server_default=sa.text("1")),
-    sa.Column("activated_at", sa.REAL, nullable=False),
-    sa.Column("updated_at", sa.REAL, nullable=False),
-    sa.Column("has_topics_enabled", sa.Integer),
-    sa.Column("allows_users_to_create_topics", sa.Integer),
-    sa.Column("capability_checked_at", sa.REAL),
+    sa.Column("enabled", INTEGER, nullable=False, server_default=sa.text("1")),
+    sa.Column("activated_at", REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
+    sa.Column("has_topics_enabled", INTEGER),
+    sa.Column("allows_users_to_create_topics", INTEGER),
+    sa.Column("capability_checked_at", REAL),
     sa.Column("intro_message_id", sa.Text),
     sa.Column("pinned_message_id", sa.Text),
 )
@@ -59,8 +61,8 @@ telegram_dm_topic_bindings = sa.Table(
         nullable=False,
     ),
     sa.Column("managed_mode", sa.Text, nullable=False, server_default=sa.text("'auto'")),
-    sa.Column("linked_at", sa.REAL, nullable=False),
-    sa.Column("updated_at", sa.REAL, nullable=False),
+    sa.Column("linked_at", REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
     # A session is linked to one topic at most (upstream's MVP rule).
     sa.Index("idx_telegram_dm_topic_bindings_session", "session_id", unique=True),
     sa.Index("idx_telegram_dm_topic_bindings_user", "user_id", "chat_id"),
