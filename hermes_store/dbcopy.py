@@ -83,9 +83,8 @@ PROGRESS_TABLE = "hermes_store_copy"
 #: ``state_meta`` keys the full-text layer owns: rebuilt in the destination, never copied
 DERIVED_META_PREFIXES = ("fts_",)
 
-#: ``progress(phase, table, done, total)``; phase is "copy" or "verify"; total None
-#: when unknown (verification does not count first)
-ProgressCallback = Callable[[str, str, int, "int | None"], None]
+#: ``progress(phase, table, done, total)``; phase is "copy" or "verify"
+ProgressCallback = Callable[[str, str, int, int], None]
 
 _progress_md = sa.MetaData()
 progress_table = sa.Table(
@@ -305,11 +304,19 @@ class _Side:
                     self.target.path, read_only=not self.writable, foreign_keys=False,
                     journal_mode="WAL" if self.writable else None, poolclass=sa.pool.NullPool,
                 )
+                if self.writable:
+                    # WAL + NORMAL: a crash can lose the last batches, never consistency
+                    # (each batch commits with its progress); close() checkpoints.
+                    sa.event.listen(engine, "connect", _synchronous_normal)
                 self._engine = writer(engine) if self.writable else engine
         return self._engine
 
     def close(self) -> None:
         if self._engine is not None:
+            if self.writable and not self.is_pg:
+                with contextlib.suppress(sa.exc.DBAPIError), self._engine.connect() as conn:
+                    conn = conn.execution_options(hermes_begin=None)
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
             self._engine.dispose()
             self._engine = None
 
@@ -345,6 +352,10 @@ class _Side:
         return self.is_pg or self.target.path.exists()
 
 
+def _synchronous_normal(dbapi_conn, _record) -> None:
+    dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+
 def _unknown_tables(side: _Side, present: set[str]) -> list[str]:
     from .fts import ddl as fts_ddl
 
@@ -377,6 +388,15 @@ def _row_bytes(rows: list) -> int:
     )
 
 
+@dataclass(frozen=True)
+class Batch:
+    rows: list[tuple]
+    #: the key of the last row (where the next batch starts)
+    last: tuple
+    #: no row comes after this batch
+    final: bool
+
+
 def read_batches(
     conn: Connection,
     spec: _Spec,
@@ -384,10 +404,10 @@ def read_batches(
     *,
     max_rows: int = BATCH_ROWS,
     max_bytes: int = BATCH_BYTES,
-) -> Iterator[tuple[list[tuple], tuple]]:
-    """``(rows, last_key)`` batches of ``spec``'s table after key ``after``, in key
-    order. Each batch is one ``SELECT … WHERE key > last ORDER BY key LIMIT n``; ``n``
-    shrinks when rows are large so that a batch holds about ``max_bytes``."""
+) -> Iterator[Batch]:
+    """Batches of ``spec``'s table after key ``after``, in key order. Each batch is one
+    ``SELECT … WHERE key > last ORDER BY key LIMIT n``; ``n`` shrinks when rows are
+    large so that a batch holds about ``max_bytes``."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows!r}")
     positions = spec.key_positions
@@ -403,8 +423,9 @@ def read_batches(
         if not rows:
             return
         last = tuple(rows[-1][i] for i in positions)
-        yield rows, last
-        if len(rows) < limit:
+        final = len(rows) < limit
+        yield Batch(rows, last, final)
+        if final:
             return
         size = _row_bytes(rows)
         limit = max(1, min(max_rows, max_bytes * len(rows) // max(size, 1)))
@@ -432,8 +453,8 @@ def table_digest(conn: Connection, spec: _Spec, *, tick: Callable[[int], None] |
     """``(rows, hash)`` of one table as the connection reads it (streamed)."""
     count = 0
     total = 0
-    for rows, _last in read_batches(conn, spec, max_rows=max_rows):
-        for row in rows:
+    for batch in read_batches(conn, spec, max_rows=max_rows):
+        for row in batch.rows:
             if spec.keep(row):
                 count += 1
                 total = (total + row_digest(row)) & _MASK
@@ -555,9 +576,50 @@ def _pg_topics_state(conn: Connection, side: _Side, role: str) -> bool:
     return True
 
 
-def _check_source_rows(side: _Side, conn: Connection, specs: list[_Spec]) -> None:
-    """SQLite lets rows break their foreign keys and hold an empty (NULL) text key;
-    PostgreSQL rejects both. Say so before copying anything."""
+#: SQLite storage classes (``typeof``) a PostgreSQL column of each declared type holds
+#: exactly; SQLite's columns take any value whatever they declare
+_PG_STORAGE = ((sa.Integer, "integer"), (sa.Float, "real"), (sa.Text, "text"),
+               (sa.LargeBinary, "blob"))
+
+
+def _storage_class(column: sa.Column) -> str:
+    for type_, storage in _PG_STORAGE:
+        if isinstance(column.type, type_):
+            return storage
+    raise TypeError(f"no storage class for {column.table.name}.{column.name}")  # pragma: no cover
+
+
+def _check_pg_types(side: _Side, conn: Connection, spec: _Spec) -> None:
+    """A SQLite value whose storage class differs from its column's declared type
+    (text in an INTEGER column, a BLOB in a TEXT column…) cannot go into PostgreSQL
+    unchanged: name the first such values before copying anything."""
+    q = lambda n: _quote(conn.dialect, n)  # noqa: E731
+    odd = [f"(typeof({q(c.name)}) NOT IN ('null', '{_storage_class(c)}'))" for c in spec.columns]
+    key = ", ".join(q(c.name) for c in spec.key)
+    cases = ", ".join(
+        f"CASE WHEN {cond} THEN typeof({q(c.name)}) END"
+        for c, cond in zip(spec.columns, odd))
+    rows = conn.exec_driver_sql(
+        f"SELECT {key}, {cases} FROM {q(spec.name)} WHERE {' OR '.join(odd)} LIMIT 3"
+    ).all()
+    if rows:
+        width = len(spec.key)
+        found = []
+        for row in rows:
+            at = ", ".join(str(v) for v in row[:width])
+            found += [f"{c.name} holds {v} at key ({at})"
+                      for c, v in zip(spec.columns, row[width:]) if v is not None]
+        raise CopyError(
+            f"the source {side.display}: {spec.name} has values PostgreSQL cannot hold "
+            f"as declared ({'; '.join(found[:3])}); fix them, or copy to a SQLite file"
+        )
+
+
+def _check_source_rows(side: _Side, conn: Connection, specs: list[_Spec],
+                       to_postgresql: bool) -> None:
+    """SQLite lets rows break their foreign keys, hold an empty (NULL) text key or a
+    value of another type than its column's; a copy could not keep such rows (and
+    PostgreSQL rejects them). Say so before copying anything."""
     if side.is_pg:
         return
     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
@@ -581,6 +643,8 @@ def _check_source_rows(side: _Side, conn: Connection, specs: list[_Spec]) -> Non
                 f"(NULL) key, which PostgreSQL cannot hold and a copy cannot address; "
                 f"delete or fix them first"
             )
+        if to_postgresql:
+            _check_pg_types(side, conn, spec)
 
 
 def _destination_state(side: _Side) -> str:
@@ -830,7 +894,7 @@ def copy_store(
     dst = _Side(dst_target, writable=True)
     report = CopyReport(source=src.display, destination=dst.display)
     try:
-        with_topics = _check_source(src)
+        with_topics = _check_source(src, to_postgresql=dst.is_pg)
         specs = _specs(with_topics)
         dst_state = _destination_state(dst)
         recorded = False
@@ -867,7 +931,7 @@ def copy_store(
     return report
 
 
-def _check_source(src: _Side) -> bool:
+def _check_source(src: _Side, *, to_postgresql: bool) -> bool:
     """Everything the source must satisfy before anything is written; True when it
     holds the Telegram topic tables."""
     if not src.exists:
@@ -887,7 +951,7 @@ def _check_source(src: _Side) -> bool:
                 f"({', '.join(unknown)}); db copy copies the store's own tables only: "
                 "move them elsewhere first (or copy the file with `hermes-store db backup`)"
             )
-        _check_source_rows(src, conn, _specs(with_topics))
+        _check_source_rows(src, conn, _specs(with_topics), to_postgresql)
     return with_topics
 
 
@@ -960,43 +1024,62 @@ def _load(src: _Side, dst: _Side, specs: list[_Spec], report: CopyReport,
         state.update({n: (None, 0, 0) for n in missing})
     with src.snapshot() as sconn:
         report.source_id_high_water = _id_high_water(sconn)
+        totals = {
+            s.name: sconn.execute(sa.select(sa.func.count()).select_from(s.table)).scalar()
+            for s in specs if not state[s.name][2]
+        }
+        empty = [name for name, total in totals.items() if total == 0]
+        if empty:  # one transaction for every empty table, not one each
+            with dst.unit() as conn:
+                conn.execute(sa.update(progress_table).where(
+                    _P.kind == "table", _P.name.in_(empty)).values(done=1))
         for spec in specs:
-            last_json, done_rows, done = state[spec.name]
-            item = report.table(spec.name)
-            if done:
-                continue
-            total = sconn.execute(sa.select(sa.func.count()).select_from(spec.table)).scalar()
-            if progress is not None:
-                progress("copy", spec.name, done_rows, total)
-            after = json.loads(last_json) if last_json is not None else None
-            writer = _Writer(dst.engine.dialect, spec)
-            for rows, last in read_batches(sconn, spec, after, max_rows=batch_rows,
-                                           max_bytes=batch_bytes):
-                kept = rows if spec.table is not schema.state_meta else [
-                    r for r in rows if spec.keep(r)]
-                new_json = json.dumps(list(last))
-                with dst.unit() as dconn:
-                    claimed = dconn.execute(
-                        sa.update(progress_table)
-                        .where(_P.kind == "table", _P.name == spec.name,
-                               _P.value.is_not_distinct_from(last_json))
-                        .values(value=new_json, rows=_P.rows + len(rows))
-                    ).rowcount
-                    if claimed != 1:
-                        raise CopyError(
-                            f"another copy is writing into {dst.display} ({spec.name} moved "
-                            "on under this one); let one copy run at a time"
-                        )
-                    if kept:
-                        writer.write(dconn, kept)
-                last_json = new_json
-                done_rows += len(rows)
-                item.copied += len(kept)
-                if progress is not None:
-                    progress("copy", spec.name, done_rows, total)
-            with dst.unit() as dconn:
-                dconn.execute(sa.update(progress_table).where(
-                    _P.kind == "table", _P.name == spec.name).values(done=1))
+            report.table(spec.name)
+            if totals.get(spec.name):
+                _load_table(sconn, dst, spec, state[spec.name], totals[spec.name],
+                            report, batch_rows, batch_bytes, progress)
+
+
+def _load_table(sconn: Connection, dst: _Side, spec: _Spec, state: tuple, total: int,
+                report: CopyReport, batch_rows: int, batch_bytes: int,
+                progress: ProgressCallback | None) -> None:
+    """One table: each batch, and the key it ends at, in one destination transaction
+    (the last batch also marks the table done)."""
+    last_json, done_rows, _done = state
+    item = report.table(spec.name)
+    if progress is not None:
+        progress("copy", spec.name, done_rows, total)
+    after = json.loads(last_json) if last_json is not None else None
+    writer = _Writer(dst.engine.dialect, spec)
+    finished = False
+    for batch in read_batches(sconn, spec, after, max_rows=batch_rows, max_bytes=batch_bytes):
+        rows = batch.rows
+        kept = rows if spec.table is not schema.state_meta else [r for r in rows if spec.keep(r)]
+        new_json = json.dumps(list(batch.last))
+        with dst.unit() as dconn:
+            claimed = dconn.execute(
+                sa.update(progress_table)
+                .where(_P.kind == "table", _P.name == spec.name,
+                       _P.value.is_not_distinct_from(last_json))
+                .values(value=new_json, rows=_P.rows + len(rows), done=int(batch.final))
+            ).rowcount
+            if claimed != 1:
+                raise CopyError(
+                    f"another copy is writing into {dst.display} ({spec.name} moved on under "
+                    "this one); let one copy run at a time"
+                )
+            if kept:
+                writer.write(dconn, kept)
+        finished = batch.final
+        last_json = new_json
+        done_rows += len(rows)
+        item.copied += len(kept)
+        if progress is not None:
+            progress("copy", spec.name, done_rows, total)
+    if not finished:  # the last batch was full: nothing came after it
+        with dst.unit() as dconn:
+            dconn.execute(sa.update(progress_table).where(
+                _P.kind == "table", _P.name == spec.name).values(done=1))
 
 
 def _finish(src: _Side, dst: _Side) -> None:
@@ -1058,7 +1141,11 @@ def _verify_into(src: _Side, dst: _Side, report: CopyReport,
                 tick = None
                 if progress is not None:
                     label = f"{spec.name} ({'source' if side is src else 'destination'})"
-                    tick = lambda done, label=label: progress("verify", label, done, None)  # noqa: E731
+                    total = conn.execute(
+                        sa.select(sa.func.count()).select_from(spec.table)).scalar()
+                    progress("verify", label, 0, total)
+                    tick = lambda done, label=label, total=total: progress(  # noqa: E731
+                        "verify", label, done, total)
                 rows, digest = table_digest(conn, spec, tick=tick, max_rows=batch_rows)
                 setattr(item, rows_attr, rows)
                 setattr(item, hash_attr, digest)
@@ -1118,6 +1205,7 @@ __all__ = [
     "PROGRESS_TABLE",
     "TableReport",
     "copy_store",
+    "Batch",
     "read_batches",
     "row_digest",
     "table_digest",
