@@ -186,7 +186,7 @@ class CopyReport:
     def messages_per_second(self) -> float | None:
         """Messages copied by this run per second of the whole run (load, index
         builds and verification included)."""
-        copied = self.table("messages").copied
+        copied = sum(t.copied for t in self.tables if t.name == "messages")
         return round(copied / self.seconds, 1) if copied and self.seconds else None
 
     def as_dict(self) -> dict:
@@ -276,17 +276,26 @@ class _Side:
 
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
-        """The package's errors for driver errors, naming this database."""
-        if self.is_pg:
-            from . import postgres
+        """The package's errors for driver errors, naming this database: those the
+        engine layer knows (unreachable server, damaged file…), else a CopyError with
+        the driver's message (a permission the role lacks, a full disk…)."""
+        try:
+            if self.is_pg:
+                from . import postgres
 
-            with postgres.pg_errors(self.target):
-                yield
-        else:
-            from .migrate import sqlite_errors
+                with postgres.pg_errors(self.target):
+                    yield
+            else:
+                from .migrate import sqlite_errors
 
-            with sqlite_errors(self.target.path):
-                yield
+                with sqlite_errors(self.target.path):
+                    yield
+        except sa.exc.DBAPIError as exc:
+            detail = " ".join(str(getattr(exc, "orig", exc)).split())
+            raise CopyError(
+                f"{self.display}: {detail}. Rows committed so far are kept; once the cause "
+                "is fixed, `hermes-store db copy SRC DST --resume` continues"
+            ) from exc
 
     @property
     def engine(self) -> Engine:
@@ -313,7 +322,7 @@ class _Side:
 
     def close(self) -> None:
         if self._engine is not None:
-            if self.writable and not self.is_pg:
+            if self.writable and not self.is_pg and self.target.path.exists():
                 with contextlib.suppress(sa.exc.DBAPIError), self._engine.connect() as conn:
                     conn = conn.execution_options(hermes_begin=None)
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")

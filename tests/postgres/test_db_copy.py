@@ -576,3 +576,14 @@ def test_batches_follow_the_key_and_shrink_for_large_rows(rich_store):
             assert paged == whole and rest == whole[11:] and len(whole) == 30
     finally:
         engine.dispose()
+
+
+def test_a_terminal_sees_progress_per_table_and_stdout_stays_the_report(head_fixtures, tmp_path):
+    source = private(head_fixtures["upstream-0.19.0-v22"], tmp_path)
+    env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_store", "db", "copy", str(source), str(tmp_path / "c.db"),
+         "--batch-rows", "5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Copying" in done.stderr  # rich draws on stderr (a terminal, as far as it knows)
+    assert "Copying" not in done.stdout and "every table matches" in flat(done.stdout)
