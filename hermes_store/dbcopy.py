@@ -72,6 +72,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from . import errors, location, schema, telegram_schema
+from .engine import BEGIN_MODE
 from .location import Target
 
 #: the most rows one batch reads and writes (``--batch-rows``)
@@ -247,7 +248,7 @@ class _Spec:
 #: head tables in dependency order; ``schema_version`` is the destination's own
 _HEAD = [t for t in schema.metadata.sorted_tables if t is not schema.schema_version]
 _TOPICS = list(telegram_schema.TABLES)
-#: what else a store holds that is not copied: version tables, SQLite's own tables
+#: the version tables: each database keeps its own (the destination is created at head)
 _BOOKKEEPING = {"schema_version", "alembic_version", telegram_schema.VERSION_TABLE}
 
 
@@ -303,7 +304,8 @@ class _Side:
             if self.is_pg:
                 from . import postgres
 
-                self._engine = postgres.create_engine(self.target, poolclass=sa.pool.NullPool)
+                # pooled: each batch is a transaction of its own, not a new connection
+                self._engine = postgres.create_engine(self.target, pool_size=2, max_overflow=2)
             else:
                 from .engine import create_engine, writer
 
@@ -311,7 +313,7 @@ class _Side:
                 # after its children in key order (checked at the end instead).
                 engine = create_engine(
                     self.target.path, read_only=not self.writable, foreign_keys=False,
-                    journal_mode="WAL" if self.writable else None, poolclass=sa.pool.NullPool,
+                    journal_mode="WAL" if self.writable else None,
                 )
                 if self.writable:
                     # WAL + NORMAL: a crash can lose the last batches, never consistency
@@ -324,7 +326,7 @@ class _Side:
         if self._engine is not None:
             if self.writable and not self.is_pg and self.target.path.exists():
                 with contextlib.suppress(sa.exc.DBAPIError), self._engine.connect() as conn:
-                    conn = conn.execution_options(hermes_begin=None)
+                    conn = conn.execution_options(**{BEGIN_MODE: None})
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
             self._engine.dispose()
             self._engine = None
@@ -340,7 +342,7 @@ class _Side:
                     yield conn
             else:
                 # a plain deferred BEGIN even on the writer engine: reading takes no lock
-                conn = conn.execution_options(hermes_begin="DEFERRED")
+                conn = conn.execution_options(**{BEGIN_MODE: "DEFERRED"})
                 with conn.begin():
                     yield conn
 
@@ -391,10 +393,13 @@ def _after(spec: _Spec, last: Sequence | None):
     ])
 
 
-def _row_bytes(rows: list) -> int:
-    return sum(
-        len(v) if isinstance(v, (str, bytes)) else 8 for row in rows for v in row
-    )
+def _approx_bytes(rows: list) -> int:
+    """About how many bytes of values ``rows`` hold, from a sample of up to 64 rows
+    (summing every value of every row would cost more than the copy's own work)."""
+    step = max(1, len(rows) // 64)
+    sample = rows[::step]
+    size = sum(len(v) if isinstance(v, (str, bytes)) else 8 for row in sample for v in row)
+    return size * len(rows) // len(sample)
 
 
 @dataclass(frozen=True)
@@ -436,7 +441,7 @@ def read_batches(
         yield Batch(rows, last, final)
         if final:
             return
-        size = _row_bytes(rows)
+        size = _approx_bytes(rows)
         limit = max(1, min(max_rows, max_bytes * len(rows) // max(size, 1)))
 
 
@@ -445,15 +450,12 @@ def read_batches(
 _MASK = (1 << 128) - 1
 
 
-def _plain(value):
-    return bytes(value) if isinstance(value, (memoryview, bytearray)) else value
-
-
-def row_digest(row: Sequence) -> int:
+def row_digest(row: tuple) -> int:
     """One row's hash: BLAKE2b-128 of the repr of its values. ``repr`` is exact for
     every type a column holds here (int, float — shortest round-trip form, str, bytes,
-    None) and tells them apart (``5`` vs ``5.0``, ``'5'`` vs ``b'5'``)."""
-    text = repr(tuple(_plain(v) for v in row)).encode("utf-8", "surrogatepass")
+    None; both drivers return BLOBs as ``bytes``) and tells them apart (``5`` vs
+    ``5.0``, ``'5'`` vs ``b'5'``)."""
+    text = repr(row).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(text, digest_size=16).digest(), "big")
 
 
