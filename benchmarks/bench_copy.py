@@ -12,7 +12,8 @@ CJK text — with its FTS indexes filled). A PostgreSQL server is needed: a thro
 off), unless ``--url`` names a maintenance database on a server to use (a scratch
 database is created there and dropped).
 
-Each step is its own child process, its peak RSS read from the kernel (``wait4``):
+Each step is its own child process, its peak RSS read from the kernel (``wait4``, through
+a tiny launcher as ``_common.run_measured`` does):
 
 * read SQLite (baseline) — the copy's own reader (``dbcopy.read_batches``, same batch
   sizes) streaming every table of the source without writing anything: the floor of
@@ -52,20 +53,32 @@ def _command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "hermes_store"]
 
 
+# A child forked from this process would report this process's RSS as a floor of its
+# own (Linux folds the pre-exec address space into ru_maxrss): a tiny launcher (as
+# _common.run_measured) forks the measured command and reports that grandchild's peak.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+t0 = time.perf_counter()
+with open(sys.argv[2], "wb") as out:
+    p = subprocess.Popen(sys.argv[3:], stdout=out)
+    _, status, usage = os.wait4(p.pid, 0)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"rc": os.waitstatus_to_exitcode(status), "seconds": time.perf_counter() - t0,
+               "maxrss_kb": usage.ru_maxrss}, fh)
+"""
+
+
 def child(argv: list[str]) -> tuple[float, float, str]:
-    """(peak RSS in MB, seconds, stdout) of one child process that must succeed."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.monotonic() - started
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if code != 0:
-            raise SystemExit(f"{' '.join(argv)} failed ({code}): "
-                             f"{err.read().decode(errors='replace')[-2000:]}")
-        return usage.ru_maxrss / 1024, seconds, out.read().decode()  # KiB -> MiB on Linux
+    """(peak RSS in MB, seconds, stdout) of one command that must succeed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result, out = Path(tmp) / "result.json", Path(tmp) / "stdout"
+        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, str(result), str(out), *argv],
+                              stderr=subprocess.PIPE)
+        data = json.loads(result.read_text()) if result.exists() else {"rc": proc.returncode}
+        if proc.returncode != 0 or data["rc"] != 0:
+            raise SystemExit(f"{' '.join(argv)} failed ({data['rc']}): "
+                             f"{proc.stderr.decode(errors='replace')[-2000:]}")
+        return data["maxrss_kb"] / 1024, data["seconds"], out.read_text()
 
 
 def read_all(target: str, batch_rows: int) -> dict:
@@ -133,13 +146,7 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    # Built in a child: a child's ru_maxrss starts from its parent's at fork, so this
-    # process must stay smaller than the copies it measures.
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(BENCH_DIR)!r}); "
-                    "import _stores; _stores.store('head', "
-                    f"{args.messages}, log=lambda m: print('  ' + m, file=sys.stderr, flush=True))"],
-                   check=True)
-    source = _stores.store("head", args.messages)
+    source = _stores.store("head", args.messages, log=log)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hermes-copy-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     server = None
@@ -188,9 +195,6 @@ def main(argv=None) -> int:
             "batch_rows": args.batch_rows,
             "server": "throwaway, default durability" if server else "given",
             "target_mb": TARGET_MB,
-            # the floor of every figure below (see the comment on the store's build)
-            "launcher_peak_rss_mb": round(
-                __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
         for key, step in steps.items():
             step["messages_per_second"] = round(messages / step["seconds"], 1)
@@ -218,8 +222,6 @@ def main(argv=None) -> int:
                          f"{step['verify_seconds']:.0f}") if "load_seconds" in step else ""
                 print(f"{label:<28}{step['seconds']:>9.1f}{step['messages_per_second']:>10.0f}"
                       f"{step['peak_rss_mb']:>8.1f} MB{split}")
-            print(f"(each child's peak includes the launcher's {result['launcher_peak_rss_mb']} MB "
-                  "at fork as a floor)")
             print(f"target: peak RSS < {TARGET_MB} MB: {'met' if result['ok'] else 'MISSED'}")
         out_file = BENCH_DIR / "results" / f"copy-{messages}.json"
         out_file.parent.mkdir(parents=True, exist_ok=True)
