@@ -695,28 +695,12 @@ def _create_destination(side: _Side, new: bool, with_topics: bool) -> None:
     if side.is_pg:
         with side.unit() as conn:
             if not _pg_topics_state(conn, side, "destination"):
-                _create_pg_topics(conn)
+                from . import migrate_pg
+
+                # the opt-in's own creator; the source's state_meta row then upserts
+                migrate_pg.create_telegram_topics(conn)
     else:
         migrate.upgrade_telegram_topics(side.target.path)
-
-
-def _create_pg_topics(conn: Connection) -> None:
-    """The Telegram topic tables on PostgreSQL, at the branch's head shape, stamped.
-
-    The branch's revisions run on SQLite files only so far; the copy creates the head
-    shape from ``telegram_schema`` (64-bit numbers, as the head tables) and stamps the
-    branch's version table, as adoption does. Their ``state_meta`` key comes with the
-    copied rows."""
-    from alembic.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    from . import migrate
-
-    telegram_schema.metadata.create_all(conn, tables=list(telegram_schema.TABLES))
-    scripts = ScriptDirectory.from_config(migrate.telegram_topics_config())
-    MigrationContext.configure(
-        conn, opts={"version_table": telegram_schema.VERSION_TABLE}
-    ).stamp(scripts, migrate.telegram_topics_head())
 
 
 def _is_schema_meta_key(key: str) -> bool:
