@@ -179,8 +179,9 @@ class HermesGroup(TyperGroup):
 
 
 def _translated(exc: BaseException, ctx) -> errors.HermesStoreError | None:
-    """A driver error that reached the CLI unmapped (a statement of the CLI's own),
-    as the package's error naming the database (password masked), or None."""
+    """A driver error that reached the CLI unmapped, as the package's error naming the
+    database (password masked): the driver's own message on one line rather than a
+    traceback. None for anything else."""
     sa_exc = getattr(sys.modules.get("sqlalchemy"), "exc", None)  # loaded if it raised
     if sa_exc is None or not isinstance(exc, sa_exc.DBAPIError):
         return None
@@ -189,4 +190,9 @@ def _translated(exc: BaseException, ctx) -> errors.HermesStoreError | None:
     root = ctx.find_root().obj
     where = root.target if isinstance(root, State) and root._target is not None else "database"
     mapped = translate_error(exc, where)
-    return mapped if isinstance(mapped, errors.HermesStoreError) else None
+    if isinstance(mapped, errors.HermesStoreError):
+        return mapped
+    orig = getattr(exc, "orig", None) or exc
+    first = " ".join(str(orig).split("\n")[0].split())
+    return errors.HermesStoreError(
+        f"{where}: the database refused the operation ({type(orig).__name__}: {first})")
