@@ -264,6 +264,28 @@ def test_passwords_are_masked_and_pgpassword_works(cli, pg_store, password_role)
     assert "not-the-password" not in wrong.output
 
 
+def test_the_first_upgrade_needs_the_owner_and_says_so(cli, pg_server, pg_empty_url):
+    # PostgreSQL 15 lets only the database's owner create tables in schema public, so
+    # a role that merely may connect cannot create the schema: a clear error (exit 8),
+    # naming what to grant; with those grants the same command works.
+    role = pg_server.new_name("norole")
+    pg_server.admin(f"CREATE ROLE {role} LOGIN")
+    url = sa.engine.make_url(pg_empty_url).set(username=role).render_as_string(hide_password=False)
+    refused = cli(url, "db", "upgrade")
+    assert refused.exit_code == 8, refused.output
+    text = flat(refused.stderr)
+    assert f"the role {role} lacks a privilege this needs (permission denied for schema public" in text
+    assert "database's owner" in text and "Traceback" not in refused.output
+    assert migrate.current(pg_empty_url) is None
+    database = sa.engine.make_url(pg_empty_url).database
+    with pg_server.connect(database) as conn:
+        conn.execute(f"GRANT CREATE ON DATABASE {database} TO {role}")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    created = cli(url, "db", "upgrade")
+    assert created.exit_code == 0, created.output  # pg_trgm is trusted: CREATE on the database suffices
+    assert migrate.current(pg_empty_url) == HEAD
+
+
 # --------------------------------------------------------------------------- SQLite only
 
 
@@ -482,3 +504,53 @@ def test_one_command_of_each_group_as_a_process(pg_store):
     assert recover.returncode == 2 and recover.stderr.startswith("error: ")
     for proc in (status, current, listed, search, doctor, recover):
         assert SECRET not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- backups
+
+
+def _client(name: str) -> str:
+    """A client program of the test server's installation (beside initdb, or where
+    initdb's link points), else the one on PATH."""
+    import shutil
+
+    from support.postgres import find_bindir
+
+    bindir = find_bindir()
+    for folder in (bindir, (bindir / "initdb").resolve().parent):
+        if (folder / name).exists():
+            return str(folder / name)
+    found = shutil.which(name)
+    assert found, f"{name} not found beside {bindir} nor on PATH"
+    return found
+
+
+def test_pg_dump_and_pg_restore_give_a_working_store(cli, pg_server, pg_store, tmp_path):
+    # The backup docs/postgres.md recommends, run for real: pg_dump's custom format,
+    # pg_restore into a new database, and the restored store is the same store.
+    libpq = lambda url: sa.engine.make_url(url).set(drivername="postgresql").render_as_string(  # noqa: E731
+        hide_password=False)
+    dump = tmp_path / "hermes.dump"
+    done = subprocess.run([_client("pg_dump"), "--format=custom", f"--file={dump}",
+                           libpq(pg_store)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    name = pg_server.new_name("restored")
+    restored = pg_server.create_database(name)
+    try:
+        done = subprocess.run([_client("pg_restore"), "--no-owner", f"--dbname={libpq(restored)}",
+                               str(dump)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr  # a SQL function looked up by name once failed here
+        check = cli(restored, "--json", "db", "check")
+        assert check.exit_code == 0 and parse_json(check)["drift"] == []
+        doctor = cli(restored, "--json", "maintenance", "doctor")
+        assert doctor.exit_code == 0, doctor.output
+
+        def export(db) -> list[str]:
+            return cli(db, "sessions", "export").stdout.splitlines()[1:]  # after the header
+
+        assert export(restored) == export(pg_store)
+        with SessionDB(restored) as db:  # the id sequence came along
+            new_id = db.append_message(ROOT, "user", "appended after the restore")
+            assert [h["id"] for h in db.search_messages("restore")] == [new_id]
+    finally:
+        pg_server.drop_database(name)
