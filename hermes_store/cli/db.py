@@ -2,7 +2,8 @@
 
 Every revision command works on a SQLite file and on a PostgreSQL database (which
 starts at the baseline ``0030``: revisions below it are refused there); ``backup``
-copies a SQLite file and says what to use on a server instead.
+copies a SQLite file and says what to use on a server instead; ``copy`` copies a whole
+store between the two engines (``hermes_store.dbcopy``).
 """
 
 from __future__ import annotations
