@@ -833,7 +833,9 @@ class TopicsState:
 
     ``kind``: ``"absent"`` (nobody opted in: no topic tables), ``"upstream"`` (tables
     upstream Hermes created, not yet under Alembic: ``revision`` is derived from their
-    shape) or ``"alembic"`` (``revision`` from ``alembic_version_telegram_topics``).
+    shape), ``"alembic"`` (``revision`` from ``alembic_version_telegram_topics``) or,
+    on PostgreSQL, ``"unstamped"`` (the tables without the version table: another
+    tool's; ``revision`` None).
     ``meta_version``: ``state_meta.telegram_dm_topic_schema_version`` as stored.
     """
 
@@ -853,23 +855,8 @@ def _classify_topics(run: Callable[[str], list], where: object) -> TopicsState:
     scripts = _topic_scripts()
     newest = _topic_version(scripts.get_current_head())
     if T.VERSION_TABLE in names:
-        rows = run(f"SELECT version_num FROM {T.VERSION_TABLE}")
-        if len(rows) > 1:
-            raise errors.DatabaseDamagedError(
-                f"{where}: {T.VERSION_TABLE} holds {len(rows)} rows instead of one; "
-                f"{errors.RECOVER_HINT}"
-            )
-        if rows:
-            revision = rows[0][0]
-            try:
-                scripts.get_revision(revision)
-            except Exception:
-                if re.fullmatch(r"t\d+", revision) and _topic_version(revision) > newest:
-                    raise _topics_too_new(where, f"Telegram topic revision {revision}", newest) from None
-                raise errors.SchemaError(
-                    f"{where}: the Telegram topic tables are stamped {revision!r}, which this "
-                    "package does not know; they were migrated by a different tool"
-                ) from None
+        revision = _topic_stamp(run, where)
+        if revision is not None:
             return TopicsState("alembic", revision, meta)
     present = [name for name in T.TABLE_NAMES if name in names]
     if not present:
@@ -887,6 +874,34 @@ def _classify_topics(run: Callable[[str], list], where: object) -> TopicsState:
     return TopicsState("upstream", f"t{version:03d}", meta)
 
 
+def _topic_stamp(run: Callable[[str], list], where: object) -> str | None:
+    """The branch's revision in its version table (None: no row), refusing a revision
+    this package does not know. Shared by both engines."""
+    from . import telegram_schema as T
+
+    rows = run(f"SELECT version_num FROM {T.VERSION_TABLE}")
+    if len(rows) > 1:
+        raise errors.DatabaseDamagedError(
+            f"{where}: {T.VERSION_TABLE} holds {len(rows)} rows instead of one; "
+            f"{errors.RECOVER_HINT}"
+        )
+    if not rows:
+        return None
+    revision = rows[0][0]
+    scripts = _topic_scripts()
+    try:
+        scripts.get_revision(revision)
+    except Exception:
+        newest = _topic_version(scripts.get_current_head())
+        if re.fullmatch(r"t\d+", revision) and _topic_version(revision) > newest:
+            raise _topics_too_new(where, f"Telegram topic revision {revision}", newest) from None
+        raise errors.SchemaError(
+            f"{where}: the Telegram topic tables are stamped {revision!r}, which this "
+            "package does not know; they were migrated by a different tool"
+        ) from None
+    return revision
+
+
 def _topics_too_new(where: object, found: str, newest: int) -> errors.SchemaTooNewError:
     return errors.SchemaTooNewError(
         f"{where} has {found}, newer than this hermes_store understands (Telegram topic "
@@ -896,8 +911,12 @@ def _topics_too_new(where: object, found: str, newest: int) -> errors.SchemaTooN
 
 
 def inspect_telegram_topics(path: str | os.PathLike | None = None) -> TopicsState:
-    """Where the file stands on the Telegram topic branch; read-only."""
-    p = _resolve(path)
+    """Where the file (or PostgreSQL database) stands on the Telegram topic branch;
+    read-only."""
+    target = location.resolve(path)
+    if target.is_postgresql:
+        return _postgres().inspect_telegram_topics(target)
+    p = target.path
     if inspect_file(p).kind in ("missing", "empty"):
         return TopicsState("absent", None, None)
     with sqlite_errors(p):
@@ -1063,6 +1082,8 @@ class TopicsCheck:
     def describe(self) -> str:
         if self.state == "absent":
             return "absent (nobody opted in; created on opt-in only)"
+        if self.state == "unstamped":
+            return f"present but not stamped (head is {self.head})"
         where = f"{self.revision} (head)" if self.at_head else f"{self.revision}, behind {self.head}"
         if self.state == "upstream":
             where += ", created by upstream Hermes and not yet stamped"
@@ -1087,16 +1108,26 @@ def check_telegram_topics(conn: sa.Connection, where: object = "database") -> To
 
     from . import telegram_schema as T
 
-    state = _classify_topics(lambda sql: conn.exec_driver_sql(sql).fetchall(), where)
+    postgresql = conn.dialect.name == "postgresql"
+    if postgresql:
+        state = _postgres().telegram_topics_state(conn, where)
+    else:
+        state = _classify_topics(lambda sql: conn.exec_driver_sql(sql).fetchall(), where)
     drift: list[str] = []
     if state.kind != "absent":
         ctx = MigrationContext.configure(
             conn, opts={"include_name": include_telegram_topics_name, "compare_type": True}
         )
         diffs = compare_metadata(ctx, T.metadata)
-        drift = [_describe(d) for d in _without_fk_artefacts(conn, diffs)]
-        expected = str(_topic_version(state.revision))
-        if state.meta_version != expected:
+        if postgresql:
+            drift = [_describe(d) for d in _postgres().without_pk_nullability(diffs, T.metadata)]
+        else:
+            drift = [_describe(d) for d in _without_fk_artefacts(conn, diffs)]
+        if state.revision is None:
+            drift.append(f"the tables exist without {T.VERSION_TABLE} (created by another "
+                         "tool): drop them, or stamp them at the branch's head")
+        expected = None if state.revision is None else str(_topic_version(state.revision))
+        if expected is not None and state.meta_version != expected:
             drift.append(
                 f"state_meta {T.META_KEY} is {state.meta_version!r}, expected {expected!r} "
                 "(upstream Hermes reads it)"

@@ -18,7 +18,8 @@ follows the revision as on SQLite.
 
 Also here: :func:`create_head` (the head from the live definitions — ``schema.py``,
 ``fts/postgres.py``, ``display_order.py``), :func:`ensure_schema` (what ``SessionDB``
-needs at open) and :func:`check` (drift against ``hermes_store.schema``).
+needs at open), :func:`check` (drift against ``hermes_store.schema``, and the Telegram
+topic tables' against ``telegram_schema``) and :func:`telegram_topics_state`.
 """
 
 from __future__ import annotations
@@ -179,6 +180,13 @@ def downgrade(target: Target, revision: str) -> str | None:
     return current(target)
 
 
+def refuse_below_baseline(target: Target, revision: str) -> None:
+    """Raise the error :func:`downgrade` would raise for a revision below the baseline
+    (or ``base``), before anything is asked or run."""
+    if revision == "base" or revision in _below_baseline(_scripts()):
+        raise _refuse(target, f"cannot downgrade below {BASELINE}")
+
+
 def stamp(target: Target, revision: str) -> None:
     command.stamp(_config(target), revision)
 
@@ -247,6 +255,39 @@ def create_telegram_topics(conn: sa.Connection, revision: str = "head") -> str:
     conn.execute(version.insert().values(version_num=head))
     migrate.write_telegram_topic_meta(conn, head)
     return head
+
+
+def telegram_topics_state(conn: sa.Connection, where: object = "database"):
+    """Where the database stands on the Telegram topic branch (``migrate.TopicsState``):
+    ``absent``, ``alembic`` (stamped in the branch's version table) or ``unstamped``
+    (its tables without the version table: another tool made them). No upstream-made
+    tables to adopt on a server, so never ``upstream``."""
+    from . import migrate
+    from . import telegram_schema as T
+
+    names = set(sa.inspect(conn).get_table_names())
+    meta = None
+    if "state_meta" in names:
+        meta = conn.execute(
+            sa.text("SELECT value FROM state_meta WHERE key = :key"), {"key": T.META_KEY}
+        ).scalar()
+        meta = None if meta is None else str(meta)
+    if T.VERSION_TABLE in names:
+        revision = migrate._topic_stamp(lambda sql: conn.exec_driver_sql(sql).all(), where)
+        if revision is not None:
+            return migrate.TopicsState("alembic", revision, meta)
+    if any(name in names for name in T.TABLE_NAMES):
+        return migrate.TopicsState("unstamped", None, meta)
+    return migrate.TopicsState("absent", None, meta)
+
+
+def inspect_telegram_topics(target: Target):
+    """:func:`telegram_topics_state` in one read-only transaction."""
+    with _connection(target) as conn:
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        state = telegram_topics_state(conn, target.display)
+        conn.rollback()
+        return state
 
 
 # --------------------------------------------------------------------------- env.py
@@ -391,21 +432,27 @@ def include_name(name, type_, parent_names) -> bool:
     return migrate.include_name(name, type_, parent_names)
 
 
-def _pk_nullability_rule(diff) -> bool:
+def _pk_nullability_rule(diff, metadata: sa.MetaData | None = None) -> bool:
     """PostgreSQL makes every primary-key column NOT NULL; the metadata declares single
     TEXT keys nullable for SQLite's sake (upstream's quirk, ``schema.py``). Not drift."""
     from . import schema
 
+    metadata = schema.metadata if metadata is None else metadata
     if not isinstance(diff, list):
         return False
     for item in diff:
         if item[0] != "modify_nullable":
             return False
         _, _schema, table, column, _info, _old, new = item
-        col = schema.metadata.tables.get(table, sa.Table("_", sa.MetaData())).c.get(column)
+        col = metadata.tables.get(table, sa.Table("_", sa.MetaData())).c.get(column)
         if col is None or not col.primary_key or new is not True:
             return False
     return True
+
+
+def without_pk_nullability(diffs: list, metadata: sa.MetaData) -> list:
+    """Autogenerate's differences minus the primary-key nullability PostgreSQL imposes."""
+    return [d for d in diffs if not _pk_nullability_rule(d, metadata)]
 
 
 def check(target: Target):
@@ -417,6 +464,7 @@ def check(target: Target):
 
     state = inspect_database(target)
     drift: list[str] = []
+    topics = migrate.TopicsCheck("absent", None, migrate.telegram_topics_head(), None, [])
     if state.kind == "alembic":
         with _connection(target) as conn:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
@@ -426,9 +474,10 @@ def check(target: Target):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*expression-based index")
                 diffs = compare_metadata(ctx, metadata)
-            drift = [migrate._describe(d) for d in diffs if not _pk_nullability_rule(d)]
+            drift = [migrate._describe(d) for d in without_pk_nullability(diffs, metadata)]
+            topics = migrate.check_telegram_topics(conn, target.display)
             conn.rollback()
-    return migrate.CheckResult(state.revision, migrate.head(), drift)
+    return migrate.CheckResult(state.revision, migrate.head(), drift, topics)
 
 
 __all__ = [
@@ -442,8 +491,12 @@ __all__ = [
     "downgrade",
     "ensure_schema",
     "inspect_database",
+    "inspect_telegram_topics",
+    "refuse_below_baseline",
     "run_env",
     "schema_version_of",
     "stamp",
+    "telegram_topics_state",
     "upgrade",
+    "without_pk_nullability",
 ]

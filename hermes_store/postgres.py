@@ -412,6 +412,16 @@ def translate_error(exc: BaseException, target: object) -> errors.HermesStoreErr
             f"cannot reach the PostgreSQL server of {where} ({text}); check that the server "
             "is running and that host, port and network in the URL are right"
         )
+    if sqlstate == "42501":
+        user = getattr(getattr(target, "url", None), "username", None)
+        role = f"the role {user}" if user else "the role"
+        return errors.DatabaseAccessError(
+            f"{where}: {role} lacks a privilege this needs ({text}). Creating and upgrading "
+            "the schema and index upkeep (db upgrade, maintenance rebuild-fts/optimize/"
+            "vacuum) need the database's owner (CREATE DATABASE … OWNER ROLE); a role that "
+            "only reads and writes sessions needs SELECT, INSERT, UPDATE, DELETE on the "
+            "tables and USAGE, SELECT, UPDATE on the sequences (docs/postgres.md)"
+        )
     if sqlstate == "53300":
         return errors.ServerUnreachableError(
             f"{where}: the server has no free connection slot ({text}); lower the pool "

@@ -46,8 +46,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema
-from .engine import create_engine, translate_error, writer
-from .errors import HermesStoreError, SessionNotFoundError, StoreReadOnlyError
+from .engine import create_engine, is_transient_error, reader, translate_error, writer
+from .errors import HermesStoreError, SessionNotFoundError, StoreBusyError, StoreReadOnlyError
 from .repository.importing import NO_LIMITS, ImportChecker, SessionWriter
 
 FORMAT_KEY = "hermes_store_export"
@@ -107,13 +107,20 @@ class _Opened:
                 raise StoreReadOnlyError(getattr(target, "db_path", None))
             self.engine = target.engine
         elif isinstance(target, (str, os.PathLike)):
-            path = Path(target).expanduser()
-            if not path.exists():
-                raise HermesStoreError(f"{path} does not exist: nothing to read")
-            self.engine = create_engine(path, read_only=read_only, journal_mode=None)
+            from . import location
+
+            where = location.resolve(target)  # a URL is never taken for a path
+            if where.is_postgresql:
+                from . import postgres
+
+                self.engine = postgres.create_engine(where, read_only=read_only)
+            else:
+                if not where.path.exists():
+                    raise HermesStoreError(f"{where.path} does not exist: nothing to read")
+                self.engine = create_engine(where.path, read_only=read_only, journal_mode=None)
             self.owned = True
         else:
-            raise TypeError(f"expected an Engine, a SessionDB or a path, got {type(target).__name__}")
+            raise TypeError(f"expected an Engine, a SessionDB, a path or a URL, got {type(target).__name__}")
 
     def close(self) -> None:
         if self.owned:
@@ -133,10 +140,15 @@ def _reflect(conn: Connection) -> dict[str, sa.TableClause]:
     expression indexes are irrelevant here and only produce warnings)."""
     inspector = sa.inspect(conn)
     names = set(inspector.get_table_names())
+    derived = lambda column: False  # noqa: E731
+    if conn.dialect.name == "postgresql":
+        # the full-text columns PostgreSQL computes (a file has none): derived, not data
+        from .fts.postgres import is_fts_object as derived
     tables = {}
     for name in ("sessions", "messages", "system_prompts", "session_model_usage"):
         if name in names:
-            columns = [sa.column(c["name"]) for c in inspector.get_columns(name)]
+            columns = [sa.column(c["name"]) for c in inspector.get_columns(name)
+                       if not derived(c["name"])]
             tables[name] = sa.table(name, *columns)
             if name == "session_model_usage":
                 pk = inspector.get_pk_constraint(name).get("constrained_columns") or []
@@ -173,8 +185,9 @@ def iter_export(
     opened = _Opened(engine_or_db, read_only=True)
     counts = counts if counts is not None else ExportCounts()
     try:
-        # One read transaction: a consistent snapshot, and WAL lets writers go on.
-        with opened.engine.connect() as conn, conn.begin():
+        # One read transaction: a consistent snapshot (PostgreSQL: REPEATABLE READ), and
+        # WAL lets writers go on.
+        with reader(opened.engine).connect() as conn, conn.begin():
             tables = _reflect(conn)
             if header is not None:
                 header["schema_version"] = stored_schema_version(conn)
@@ -716,7 +729,7 @@ def import_file(
     batch_size: int = IMPORT_BATCH,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
-    """Import an export file into a store at head (Engine, SessionDB or path).
+    """Import an export file into a store at head (Engine, SessionDB, path or URL).
 
     Validates the whole file first; then inserts whole sessions in transactions of about
     ``batch_size`` messages. ``progress(done_messages, total_messages)`` is called as it
@@ -751,6 +764,15 @@ class _Importer:
     def __init__(self, engine: Engine, report: ImportReport, batch_size: int, progress, total: int):
         self.engine = writer(engine)
         self.label = engine.url.database
+        # On PostgreSQL a batch reads (ids, titles) then writes: like every such write
+        # unit it runs alone under the store's unit lock (decision D13), as BEGIN
+        # IMMEDIATE makes it run alone on SQLite.
+        self.lock_unit = None
+        if engine.dialect.name == "postgresql":
+            from . import location, postgres
+
+            self.label = location.mask(engine.url)
+            self.lock_unit = postgres.lock_unit
         self.report = report
         self.batch_size = max(1, batch_size)
         self.progress = progress or (lambda done, total: None)
@@ -767,6 +789,8 @@ class _Importer:
             self._run(events)
         except sa.exc.DBAPIError as exc:
             mapped = translate_error(exc, self.label)
+            if mapped is None and is_transient_error(exc):  # PostgreSQL's lock timeout
+                mapped = StoreBusyError(self.label, 1, exc.orig)
             if mapped is not None:
                 raise mapped from exc
             raise ImportFileError(
@@ -823,6 +847,8 @@ class _Importer:
                 if conn is None:
                     conn = self.engine.connect()
                     tx = conn.begin()
+                    if self.lock_unit is not None:
+                        self.lock_unit(conn, exclusive=True)
                 if isinstance(event, _Entry):
                     prepared = self.entries.check(event.index, event.raw)
                     self.current = prepared.session_id

@@ -341,12 +341,11 @@ END $$""",
     """CREATE OR REPLACE FUNCTION hermes_fts_document(
     role text, content text, tool_name text, tool_calls text
 ) RETURNS tsvector
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT hermes_fts_vector(
-        CASE WHEN role = 'tool' THEN left(coalesce(content, ''), 8192)
-             ELSE coalesce(content, '') END
-        || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))
-$$""",
+LANGUAGE sql IMMUTABLE
+RETURN hermes_fts_vector(
+    CASE WHEN role = 'tool' THEN left(coalesce(content, ''), 8192)
+         ELSE coalesce(content, '') END
+    || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))""",
     # hermes_trigram_document
     """CREATE OR REPLACE FUNCTION hermes_trigram_document(content text, tool_name text)
 RETURNS text
@@ -369,10 +368,9 @@ END $$""",
     # hermes_trigram_session_ok
     """CREATE OR REPLACE FUNCTION hermes_trigram_session_ok(source text, model_config text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT source NOT IN ('cron', 'subagent')
-       AND hermes_json_text(model_config, '_delegate_from') IS NULL
-$$""",
+LANGUAGE sql IMMUTABLE
+RETURN source NOT IN ('cron', 'subagent')
+   AND hermes_json_text(model_config, '_delegate_from') IS NULL""",
     # hermes_messages_fts_trigram_scope
     """CREATE OR REPLACE FUNCTION hermes_messages_fts_trigram_scope() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -1,18 +1,17 @@
 """``hermes-store``: the admin CLI for a Hermes ``state.db``.
 
 One module per command group (``db``, ``sessions``, ``search``, ``maintenance``,
-``recover``); ``status`` lives here. Global options: ``--db PATH`` (default
-``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``) and ``--json``.
+``recover``); ``status`` lives here. Global options: ``--db PATH|URL`` (a SQLite file,
+``sqlite:///PATH`` or ``postgresql+psycopg://…``; default ``$HERMES_STATE_DATABASE_URL``,
+else ``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``) and ``--json``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..paths import default_db_path
 from . import db, maintenance, recover, search, sessions
 from .common import HermesGroup, JsonOption, State, out, state
 from .output import human_bytes
@@ -26,8 +25,9 @@ EPILOG = (
 app = typer.Typer(
     name="hermes-store",
     cls=HermesGroup,
-    help="Administer a Hermes Agent state.db: schema upgrades, sessions, search, "
-    "maintenance, backup and recovery.",
+    help="Administer a Hermes Agent session store (a state.db file, or a PostgreSQL "
+    "database given by URL): schema upgrades, sessions, search, maintenance, backup and "
+    "recovery.",
     epilog=EPILOG,
     no_args_is_help=True,
     add_completion=False,
@@ -39,30 +39,31 @@ app = typer.Typer(
 @app.callback()
 def _root(
     ctx: typer.Context,
-    db_path: Annotated[
-        Optional[Path],
+    db_given: Annotated[
+        Optional[str],
         typer.Option(
             "--db",
-            metavar="PATH",
-            help="The state.db to work on (default: $HERMES_HOME/state.db, else ~/.hermes/state.db).",
+            metavar="PATH|URL",
+            help="The store to work on: a state.db path, sqlite:///PATH, or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE (default: "
+            "$HERMES_STATE_DATABASE_URL, else $HERMES_HOME/state.db, else ~/.hermes/state.db).",
             show_default=False,
         ),
     ] = None,
     json_mode: JsonOption = False,
 ) -> None:
-    ctx.obj = State(
-        db=(db_path.expanduser().absolute() if db_path else default_db_path()),
-        json=json_mode,
-    )
+    # Kept as typed: resolved on first use (common.State.target), never made a Path here.
+    ctx.obj = State(given=db_given, json=json_mode)
 
 
 @app.command("status")
 def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
-    """Path, size, revision, schema version and row counts of the store."""
+    """Path (or URL), size, revision, schema version and row counts of the store."""
     from .maintenance import store_status
 
     o = out(ctx, json_flag)
-    info = store_status(state(ctx).db)
+    target = state(ctx).target
+    info = store_status(target)
     if o.json_mode:
         o.emit(info)
     else:
@@ -71,18 +72,19 @@ def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
             rev += " (head)"
         elif info["revision"]:
             rev += f" (head is {info['head']}: run `hermes-store db upgrade`)"
-        o.pairs(
-            [
-                ("path", info["path"]),
-                ("exists", "yes" if info["exists"] else "no — run `hermes-store db upgrade`"),
-                ("size", human_bytes(info["size_bytes"]) + (f" + {human_bytes(info['wal_bytes'])} WAL" if info["wal_bytes"] else "")),
-                ("revision", rev),
-                ("schema_version", info["schema_version"]),
-                ("journal_mode", info["journal_mode"]),
-                ("sessions", info["sessions"]),
-                ("messages", info["messages"]),
-            ]
-        )
+        missing = ("no — run `hermes-store db upgrade`" if target.is_sqlite else
+                   "no — create it on the server (createdb), then run `hermes-store db upgrade`")
+        rows = [
+            ("path" if target.is_sqlite else "database", info["path"]),
+            ("backend", info["backend"]),
+            ("exists", "yes" if info["exists"] else missing),
+            ("size", human_bytes(info["size_bytes"]) + (f" + {human_bytes(info['wal_bytes'])} WAL" if info["wal_bytes"] else "")),
+            ("revision", rev),
+            ("schema_version", info["schema_version"]),
+        ]
+        if target.is_sqlite:  # a server keeps its own journal
+            rows.append(("journal_mode", info["journal_mode"]))
+        o.pairs(rows + [("sessions", info["sessions"]), ("messages", info["messages"])])
     if not info["exists"]:
         raise typer.Exit(3)
 

@@ -1,19 +1,29 @@
-"""What every command shares: the global options, opening the store, error -> exit code."""
+"""What every command shares: the global options, the database they work on (a SQLite
+file or a PostgreSQL URL), opening the store, error -> exit code.
+
+``--db`` is kept as typed and resolved by ``hermes_store.location`` on first use, so
+``--help`` and SQLite commands never import the PostgreSQL side (psycopg,
+``hermes_store.postgres``), and a URL is never turned into a path.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import re
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Iterator
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator
 
 import typer
 from typer.core import TyperGroup
 
 from .. import errors
-from ..paths import default_db_path
 from . import output
 from .output import Output
+
+if TYPE_CHECKING:
+    from ..location import Target
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts).")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -21,15 +31,68 @@ YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for con
 
 @dataclass
 class State:
-    db: Path
+    #: ``--db`` as given (a path or a URL); None: ``$HERMES_STATE_DATABASE_URL``, else
+    #: the default file
+    given: str | None = None
     json: bool = False
+    _target: "Target | None" = field(default=None, repr=False)
+
+    @property
+    def target(self) -> "Target":
+        """The database the command works on (resolved once; URL errors raise here)."""
+        if self._target is None:
+            from ..location import resolve
+
+            self._target = resolve(self.given)
+        return self._target
 
 
 def state(ctx: typer.Context) -> State:
     root = ctx.find_root()
     if not isinstance(root.obj, State):
-        root.obj = State(default_db_path())
+        root.obj = State()
     return root.obj
+
+
+class SQLiteOnlyError(errors.InvalidArgumentError):
+    """A command that works on SQLite files was pointed at a PostgreSQL database."""
+
+
+def sqlite_file(ctx: typer.Context, command: str, instead: str) -> Path:
+    """The SQLite file of a command that only makes sense for one (backup, recover,
+    repair); on a PostgreSQL database, :class:`SQLiteOnlyError` (exit 2) saying what to
+    use there instead."""
+    target = state(ctx).target
+    if target.is_sqlite:
+        return target.path
+    raise SQLiteOnlyError(
+        f"`hermes-store {command}` works on SQLite files only, and {target.display} is a "
+        f"PostgreSQL database: {instead}"
+    )
+
+
+#: a URL (``scheme://``), or what a path made of one (``postgresql+psycopg:/…``)
+_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:/")  # two letters at least: not C:/
+
+
+def local_path(what: str, instead: str = "") -> Callable[[str], Path]:
+    """A parser for an option or argument that names a local file: a database URL
+    there is refused (exit 2) instead of becoming a path (``Path`` would collapse the
+    ``//`` and create a directory named after the scheme)."""
+
+    def parse(value: str) -> Path:
+        if isinstance(value, Path):  # a default
+            return value
+        if _URL_LIKE.match(value):
+            from ..location import mask
+
+            raise typer.BadParameter(
+                f"{mask(value)} is a URL; {what} is a local file path"
+                + (f" ({instead})" if instead else "")
+            )
+        return Path(value).expanduser().absolute()
+
+    return parse
 
 
 def out(ctx: typer.Context, json_flag: bool = False) -> Output:
@@ -46,20 +109,21 @@ def require_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def open_store(path: Path, *, write: bool = False) -> Iterator:
-    """A SessionDB on ``path``; closed on exit.
+def open_store(target: "Target", *, write: bool = False) -> Iterator:
+    """A SessionDB on ``target`` (a SQLite file or a PostgreSQL database); closed on exit.
 
-    Commands that only read open it read-only: they never change the file, so a
+    Commands that only read open it read-only: they never change the database, so a
     store below head is refused with the command to run (``db upgrade``) instead of
-    being upgraded behind the operator's back. Commands that write open it normally,
-    which adopts and upgrades an older file first (decision D5) and creates a
-    missing one.
+    being upgraded behind the operator's back (on PostgreSQL every transaction is
+    read-only on the server too). Commands that write open it normally, which adopts
+    and upgrades an older file first (decision D5) and creates a missing one (a
+    missing PostgreSQL database is an error: the server's administrator creates it).
     """
     from ..store import SessionDB
 
-    if not write:
-        require_file(path)
-    db = SessionDB(path, read_only=not write)
+    if not write and target.is_sqlite:
+        require_file(target.path)
+    db = SessionDB(target, read_only=not write)
     try:
         yield db
     finally:
@@ -106,3 +170,29 @@ class HermesGroup(TyperGroup):
                 raise
             output.Output(False).error(str(exc))
             raise typer.Exit(exit_code_for(exc)) from None
+        except Exception as exc:
+            mapped = None if ctx.parent is not None else _translated(exc, ctx)
+            if mapped is None:
+                raise
+            output.Output(False).error(str(mapped))
+            raise typer.Exit(exit_code_for(mapped)) from None
+
+
+def _translated(exc: BaseException, ctx) -> errors.HermesStoreError | None:
+    """A driver error that reached the CLI unmapped, as the package's error naming the
+    database (password masked): the driver's own message on one line rather than a
+    traceback. None for anything else."""
+    sa_exc = getattr(sys.modules.get("sqlalchemy"), "exc", None)  # loaded if it raised
+    if sa_exc is None or not isinstance(exc, sa_exc.DBAPIError):
+        return None
+    from ..engine import translate_error
+
+    root = ctx.find_root().obj
+    where = root.target if isinstance(root, State) and root._target is not None else "database"
+    mapped = translate_error(exc, where)
+    if isinstance(mapped, errors.HermesStoreError):
+        return mapped
+    orig = getattr(exc, "orig", None) or exc
+    first = " ".join(str(orig).split("\n")[0].split())
+    return errors.HermesStoreError(
+        f"{where}: the database refused the operation ({type(orig).__name__}: {first})")

@@ -1,4 +1,10 @@
-"""``hermes-store db …``: schema revisions and backups."""
+"""``hermes-store db …``: schema revisions and backups.
+
+Every revision command works on a SQLite file and on a PostgreSQL database (which
+starts at the baseline ``0030``: revisions below it are refused there); ``backup``
+copies a SQLite file and says what to use on a server instead; ``copy`` copies a whole
+store between the two engines (``hermes_store.dbcopy``).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, YesOption, confirm, out, state
+from .common import JsonOption, YesOption, confirm, local_path, out, sqlite_file, state
 from .output import EXIT_PROBLEMS, human_bytes
+from .probe import probe
 
 app = typer.Typer(help="Schema revisions (upgrade, downgrade, check) and backups.", no_args_is_help=True)
 
 
-def _describe(revision: str | None, head: str) -> str:
+def _describe(revision: str | None, head: str, *, server: bool = False) -> str:
     if revision is None:
-        return "none (empty or missing file)"
+        return "none (empty or missing database)" if server else "none (empty or missing file)"
     return f"{revision} (head)" if revision == head else f"{revision} (head is {head})"
 
 
@@ -29,10 +36,15 @@ def upgrade_command(
     from .. import migrate
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    before = migrate.inspect_file(path)
+    db = state(ctx).target
+    before = probe(db)
     steps = [rev for rev, _ in migrate.history()]
-    start = steps.index(before.revision) + 1 if before.revision in steps else 0
+    if before.revision in steps:
+        start = steps.index(before.revision) + 1
+    else:  # a new store: every revision, or on PostgreSQL the baseline (one step)
+        from ..migrate_pg import BASELINE
+
+        start = 0 if db.is_sqlite else steps.index(BASELINE)
     target = migrate.head() if revision == "head" else revision
     total = steps.index(target) + 1 - start if target in steps else None
     with o.progress("Upgrading", total if total and total > 0 else None) as advance:
@@ -42,14 +54,17 @@ def upgrade_command(
             done[0] += 1
             advance(done[0])
 
-        after = migrate.upgrade(path, revision, progress=step)
-    topics_before = migrate.inspect_telegram_topics(path).revision
+        after = migrate.upgrade(db, revision, progress=step)
+    topics_before = migrate.inspect_telegram_topics(db).revision
     topics_after = None
-    if after == migrate.head():
+    if after == migrate.head() and db.is_sqlite:
         # Topic tables someone opted into come along; absent ones are never created.
-        topics_after = migrate.upgrade_telegram_topics(path, only_if_present=True)
+        topics_after = migrate.upgrade_telegram_topics(db.path, only_if_present=True)
+    elif after == migrate.head():
+        # PostgreSQL creates them at the branch head on opt-in: nothing to upgrade
+        topics_after = topics_before
     payload = {
-        "path": str(path),
+        "path": db.display,
         "created": before.kind in ("missing", "empty"),
         "adopted": before.kind == "upstream",
         "from": before.revision,
@@ -60,10 +75,10 @@ def upgrade_command(
     if o.json_mode:
         o.emit(payload)
     elif before.revision == after and before.kind == "alembic":
-        o.line(f"{path}: already at {_describe(after, payload['head'])}; nothing to do.")
+        o.line(f"{db}: already at {_describe(after, payload['head'])}; nothing to do.")
     else:
         how = "created" if payload["created"] else ("adopted and upgraded" if payload["adopted"] else "upgraded")
-        o.line(f"{path}: {how} {before.revision or '(new)'} -> {_describe(after, payload['head'])}")
+        o.line(f"{db}: {how} {before.revision or '(new)'} -> {_describe(after, payload['head'])}")
     if not o.json_mode and topics_after is not None and topics_after != topics_before:
         o.line(f"Telegram topic tables: {topics_before} -> {topics_after} (head)")
 
@@ -79,19 +94,26 @@ def downgrade_command(
     from .. import migrate
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    before = migrate.current(path)
+    db = state(ctx).target
+    before = migrate.current(db)
+    if db.is_postgresql:
+        from .. import migrate_pg
+
+        # Refused before asking: nothing below the baseline exists on a server.
+        migrate_pg.refuse_below_baseline(db, revision)
+    backup = ("hermes-store db backup DEST" if db.is_sqlite
+              else "pg_dump, see docs/postgres.md")
     confirm(
-        f"Downgrade {path} from {before} to {revision}? Data in newer columns and tables is "
-        "dropped; take a backup first (hermes-store db backup DEST).",
+        f"Downgrade {db} from {before} to {revision}? Data in newer columns and tables is "
+        f"dropped; take a backup first ({backup}).",
         yes=yes,
         out=o,
     )
-    after = migrate.downgrade(path, revision)
+    after = migrate.downgrade(db, revision)
     if o.json_mode:
-        o.emit({"path": str(path), "from": before, "to": after, "head": migrate.head()})
+        o.emit({"path": db.display, "from": before, "to": after, "head": migrate.head()})
     else:
-        o.line(f"{path}: downgraded {before} -> {after}")
+        o.line(f"{db}: downgraded {before} -> {after}")
 
 
 @app.command("current")
@@ -100,22 +122,22 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     from .. import migrate
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    info = migrate.inspect_file(path)
+    db = state(ctx).target
+    info = probe(db)
     head = migrate.head()
     payload = {
-        "path": str(path),
+        "path": db.display,
         "revision": info.revision,
         "head": head,
         "at_head": info.revision == head,
         "schema_version": info.schema_version,
         "managed_by": {"alembic": "hermes_store", "upstream": "upstream Hermes"}.get(info.kind),
-        "exists": info.kind != "missing",
+        "exists": info.exists,
     }
     if o.json_mode:
         o.emit(payload)
     else:
-        o.line(_describe(info.revision, head))
+        o.line(_describe(info.revision, head, server=db.is_postgresql))
         if info.kind == "upstream":
             o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
 
@@ -126,14 +148,14 @@ def history_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     from .. import migrate
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    current = migrate.inspect_file(path).revision if path.exists() else None
+    db = state(ctx).target
+    current = probe(db).revision
     rows = [
         {"revision": rev, "description": desc, "current": rev == current}
         for rev, desc in migrate.history()
     ]
     if o.json_mode:
-        o.emit({"path": str(path), "current": current, "head": migrate.head(), "revisions": rows})
+        o.emit({"path": db.display, "current": current, "head": migrate.head(), "revisions": rows})
         return
     o.table(
         [
@@ -151,13 +173,14 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     from .. import migrate
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    from .common import require_file
+    db = state(ctx).target
+    if db.is_sqlite:
+        from .common import require_file
 
-    require_file(path)
-    result = migrate.check(path)
+        require_file(db.path)
+    result = migrate.check(db)
     payload = {
-        "path": str(path),
+        "path": db.display,
         "revision": result.revision,
         "head": result.head,
         "at_head": result.at_head,
@@ -191,15 +214,24 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 @app.command("backup")
 def backup_command(
     ctx: typer.Context,
-    dest: Annotated[Path, typer.Argument(help="Where to write the copy (must not exist).")],
+    dest: Annotated[Path, typer.Argument(
+        help="Where to write the copy (must not exist).",
+        parser=local_path("DEST", "to copy a store into PostgreSQL use `hermes-store db copy SRC URL`"))],
     force: Annotated[bool, typer.Option("--force", help="Replace DEST if it exists.")] = False,
     json_flag: JsonOption = False,
 ) -> None:
-    """A consistent copy of the live database, safe while Hermes keeps writing."""
+    """A consistent copy of the live database file, safe while Hermes keeps writing.
+
+    SQLite files only: back up a PostgreSQL store with pg_dump (docs/postgres.md)."""
     from ..recovery import backup
 
     o = out(ctx, json_flag)
-    result = backup(state(ctx).db, dest, overwrite=force)
+    source = sqlite_file(
+        ctx, "db backup",
+        "back it up with the server's own tools (`pg_dump -Fc -f hermes.dump DATABASE`, "
+        "restored by pg_restore; see docs/postgres.md), or take a SQLite snapshot with "
+        "`hermes-store db copy URL snapshot.db`")
+    result = backup(source, dest, overwrite=force)
     if o.json_mode:
         o.emit(result.as_dict())
     else:

@@ -1,17 +1,28 @@
-"""``hermes-store maintenance …`` (doctor, repair, rebuild-fts, optimize, vacuum) and ``status``."""
+"""``hermes-store maintenance …`` (doctor, repair, rebuild-fts, optimize, vacuum) and ``status``.
+
+On PostgreSQL (decision D13) every command has its counterpart or says that it has
+none: doctor runs the checks that mean something on a server (schema, foreign keys,
+orphans, counters, the full-text indexes) and reports SQLite's file checks
+(``integrity_check``, the WAL) as not applicable; rebuild-fts, optimize and vacuum run
+``REINDEX``, ``gin_clean_pending_list`` + ``ANALYZE`` and ``VACUUM (ANALYZE)`` through
+the store; repair, which edits a SQLite file's schema table, is refused.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import RECOVER_HINT
-from .common import JsonOption, open_store, out, require_file, state
+from .common import JsonOption, open_store, out, require_file, sqlite_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
+from .probe import probe, read_engine, size_bytes, wal_bytes
+
+if TYPE_CHECKING:
+    from ..location import Target
 
 app = typer.Typer(help="Health checks and upkeep: doctor, repair, FTS rebuild/optimize, vacuum.", no_args_is_help=True)
 
@@ -19,30 +30,19 @@ app = typer.Typer(help="Health checks and upkeep: doctor, repair, FTS rebuild/op
 WAL_WARN_BYTES = 64 * 1024 * 1024
 
 
-def _wal_bytes(path: Path) -> int:
-    wal = Path(f"{path}-wal")
-    return wal.stat().st_size if wal.exists() else 0
-
-
-def _read_engine(path: Path):
-    import sqlalchemy as sa
-    from ..engine import create_engine
-
-    return create_engine(path, read_only=True, journal_mode=None, poolclass=sa.pool.NullPool)
-
-
 # --------------------------------------------------------------------------- status
 
-def store_status(path: Path) -> dict:
-    """What ``hermes-store status`` shows; read-only (a missing file is reported, not made)."""
+def store_status(target: "Target") -> dict:
+    """What ``hermes-store status`` shows; read-only (a missing file or database is
+    reported, never made)."""
     import sqlalchemy as sa
 
     from .. import migrate, schema
-    from ..recovery import journal_mode
 
     info = {
-        "path": str(path),
-        "exists": path.exists(),
+        "path": target.display,
+        "backend": target.backend,
+        "exists": False,
         "size_bytes": None,
         "wal_bytes": None,
         "revision": None,
@@ -53,25 +53,29 @@ def store_status(path: Path) -> dict:
         "sessions": None,
         "messages": None,
     }
-    if not info["exists"]:
+    found = probe(target)
+    info["exists"] = found.exists
+    if not found.exists:
         return info
-    state_ = migrate.inspect_file(path)
     info.update(
-        size_bytes=path.stat().st_size,
-        wal_bytes=_wal_bytes(path),
-        revision=state_.revision,
-        at_head=state_.revision == info["head"],
-        schema_version=state_.schema_version,
-        journal_mode=journal_mode(path),
+        revision=found.revision,
+        at_head=found.revision == info["head"],
+        schema_version=found.schema_version,
+        wal_bytes=wal_bytes(target),
     )
-    if state_.kind in ("alembic", "upstream"):
-        engine = _read_engine(path)
-        try:
-            with engine.connect() as conn:
-                for key, table in (("sessions", schema.sessions), ("messages", schema.messages)):
-                    info[key] = conn.execute(sa.select(sa.func.count()).select_from(sa.table(table.name))).scalar()
-        finally:
-            engine.dispose()
+    if target.is_sqlite:
+        from ..recovery import journal_mode
+
+        info["journal_mode"] = journal_mode(target.path)
+        info["size_bytes"] = size_bytes(target)
+        if found.kind not in ("alembic", "upstream"):
+            return info
+    with read_engine(target) as engine, engine.connect() as conn:
+        if not target.is_sqlite:
+            info["size_bytes"] = size_bytes(target, conn)
+        if found.kind in ("alembic", "upstream"):
+            for key, table in (("sessions", schema.sessions), ("messages", schema.messages)):
+                info[key] = conn.execute(sa.select(sa.func.count()).select_from(sa.table(table.name))).scalar()
     return info
 
 
@@ -133,21 +137,34 @@ def _orphans(conn) -> dict[str, int]:
     return {label: conn.execute(q).scalar() for label, q in queries.items()}
 
 
-def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
-    """Every check, read-only. The FTS check needs the schema at head."""
+def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
+    """Every check, read-only. The FTS check needs the schema at head.
+
+    SQLite's file checks (``integrity_check``, ``foreign_key_check``, the WAL, the
+    journal mode) have no meaning on a PostgreSQL server, which checks its own pages,
+    enforces its keys and keeps its own WAL: there ``integrity`` and ``wal`` are
+    reported as ``skipped`` (with why) and ``foreign_keys`` lists keys the server does
+    not enforce yet (``NOT VALID``)."""
     from .. import migrate
 
-    from ..recovery import file_health
-
     findings: list[Finding] = []
-    health = file_health(path, quick=quick)
-    if health.integrity:
-        shown = "; ".join(health.integrity[:3])
-        findings.append(Finding("integrity", "problem", f"{shown} — {RECOVER_HINT}"))
+    server = not target.is_sqlite
+    health = None
+    if server:
+        findings.append(Finding("integrity", "skipped", "not applicable on PostgreSQL: the "
+                                "server checks its own pages (data checksums, amcheck)"))
     else:
-        findings.append(Finding("integrity", "ok", "quick_check ok" if quick else "integrity_check ok"))
+        from ..recovery import file_health
 
-    check = migrate.check(path)
+        health = file_health(target.path, quick=quick)
+        if health.integrity:
+            shown = "; ".join(health.integrity[:3])
+            findings.append(Finding("integrity", "problem", f"{shown} — {RECOVER_HINT}"))
+        else:
+            findings.append(Finding("integrity", "ok", "quick_check ok" if quick else "integrity_check ok"))
+    damaged = health is not None and bool(health.integrity)
+
+    check = migrate.check(target)
     if not check.at_head:
         findings.append(Finding("schema", "problem", f"revision {check.revision}, head is {check.head}: run `hermes-store db upgrade`"))
     elif check.drift:
@@ -163,20 +180,29 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
             detail = "; ".join([topics.describe(), *topics.drift[:2]])
             findings.append(Finding("telegram_topics", "problem", f"{detail} (see `db check`; `db upgrade` brings them to head)"))
 
-    if health.foreign_keys:
-        detail = ", ".join(f"{t}: {n}" for t, n in sorted(health.foreign_keys.items()))
-        findings.append(Finding("foreign_keys", "problem", f"dangling references ({detail})"))
-    else:
-        findings.append(Finding("foreign_keys", "ok", "foreign_key_check ok"))
+    if health is not None:
+        if health.foreign_keys:
+            detail = ", ".join(f"{t}: {n}" for t, n in sorted(health.foreign_keys.items()))
+            findings.append(Finding("foreign_keys", "problem", f"dangling references ({detail})"))
+        else:
+            findings.append(Finding("foreign_keys", "ok", "foreign_key_check ok"))
 
-    if check.at_head and not health.integrity:
-        engine = _read_engine(path)
-        try:
-            with engine.connect() as conn:
-                orphans = {k: v for k, v in _orphans(conn).items() if v}
-                mismatched = _counter_mismatches(conn)
-        finally:
-            engine.dispose()
+    if check.at_head and not damaged:
+        from ..fts import maintenance as fts_maintenance
+
+        with read_engine(target) as engine, engine.connect() as conn:
+            unchecked = _unvalidated_foreign_keys(conn) if server else []
+            orphans = {k: v for k, v in _orphans(conn).items() if v}
+            mismatched = _counter_mismatches(conn)
+            # PostgreSQL's index check only reads; FTS5's integrity-check is an INSERT,
+            # so a file gets a writable handle below (at head: opening changes nothing).
+            fts_problems = fts_maintenance.integrity_check(conn) if server else None
+        if server:
+            findings.append(
+                Finding("foreign_keys", "problem", "not validated (rows were loaded past "
+                        f"them): {', '.join(unchecked)}") if unchecked
+                else Finding("foreign_keys", "ok", "enforced by the server, every key validated")
+            )
         findings.append(
             Finding("orphans", "problem", ", ".join(f"{n} {k}" for k, n in orphans.items()))
             if orphans else Finding("orphans", "ok", "no orphan rows")
@@ -186,16 +212,19 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
             findings.append(Finding("counters", "problem", f"{len(mismatched)} session(s) with a wrong message_count: {sample}", fixable=True))
         else:
             findings.append(Finding("counters", "ok", "message counts match the rows"))
-        # FTS5's integrity-check is an INSERT: it needs a writable handle (at head, so
-        # opening changes nothing).
-        with open_store(path, write=True) as db:
-            fts_problems = db.fts_integrity_check()
+        if fts_problems is None:
+            with open_store(target, write=True) as db:
+                fts_problems = db.fts_integrity_check()
         if fts_problems:
             findings.append(Finding("fts", "problem", "; ".join(fts_problems[:3]), fixable=True))
         else:
             findings.append(Finding("fts", "ok", "full-text indexes consistent with messages"))
 
-    wal = _wal_bytes(path)
+    if server:
+        findings.append(Finding("wal", "skipped", "not applicable on PostgreSQL: the server "
+                                "checkpoints and recycles its own WAL"))
+        return findings
+    wal = wal_bytes(target)
     if wal > WAL_WARN_BYTES:
         findings.append(Finding("wal", "warning", f"WAL is {human_bytes(wal)}: a long-open reader keeps checkpoints from finishing; restart idle readers or run `maintenance vacuum` when idle"))
     else:
@@ -205,26 +234,38 @@ def run_doctor(path: Path, *, quick: bool = False) -> list[Finding]:
     return findings
 
 
-def _fix(path: Path, findings: list[Finding]) -> list[str]:
+def _unvalidated_foreign_keys(conn) -> list[str]:
+    """PostgreSQL: foreign keys added ``NOT VALID`` (rows loaded past them) and never
+    validated since; every other key is checked by the server on every write."""
+    return [f"{table}.{name}" for table, name in conn.exec_driver_sql(
+        "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+        "WHERE contype = 'f' AND NOT convalidated "
+        "AND connamespace = current_schema()::regnamespace ORDER BY 1, 2"
+    )]
+
+
+def _fix(target: "Target", findings: list[Finding]) -> list[str]:
     import sqlalchemy as sa
 
     from .. import schema
-    from ..engine import create_engine, writer
 
     fixed = []
     names = {f.check for f in findings if f.status == "problem" and f.fixable}
-    if "counters" in names:
-        engine = create_engine(path)
-        try:
-            with writer(engine).begin() as conn:
+    if not names:
+        return fixed
+    with open_store(target, write=True) as db:
+        if "counters" in names:
+
+            def recount(conn) -> int:
                 rows = _counter_mismatches(conn)
                 for sid, _stored, expected in rows:
                     conn.execute(sa.update(schema.sessions).where(schema.sessions.c.id == sid).values(message_count=expected))
-        finally:
-            engine.dispose()
-        fixed.append(f"counters: {len(rows)} session(s) recounted")
-    if "fts" in names:
-        with open_store(path, write=True) as db:
+                return len(rows)
+
+            # One write unit of the store: Hermes' own writes cannot interleave
+            # (BEGIN IMMEDIATE on a file, the unit lock on PostgreSQL).
+            fixed.append(f"counters: {db._write(recount)} session(s) recounted")
+        if "fts" in names:
             fixed.append(f"fts: {db.rebuild_fts()} index(es) rebuilt from messages")
     return fixed
 
@@ -238,18 +279,20 @@ def doctor_command(
 ) -> None:
     """Check the database; exit 1 when a problem is found (after --fix: one remains)."""
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    require_file(path)
-    findings = run_doctor(path, quick=quick)
+    target = state(ctx).target
+    if target.is_sqlite:
+        require_file(target.path)
+    findings = run_doctor(target, quick=quick)
     fixed: list[str] = []
     if fix and any(f.status == "problem" and f.fixable for f in findings):
-        fixed = _fix(path, findings)
-        findings = run_doctor(path, quick=quick)
+        fixed = _fix(target, findings)
+        findings = run_doctor(target, quick=quick)
     problems = [f for f in findings if f.status == "problem"]
     if o.json_mode:
-        o.emit({"path": str(path), "ok": not problems, "fixed": fixed, "checks": [asdict(f) for f in findings]})
+        o.emit({"path": target.display, "ok": not problems, "fixed": fixed, "checks": [asdict(f) for f in findings]})
     else:
-        marks = {"ok": "[green]ok[/]", "warning": "[yellow]warn[/]", "problem": "[bold red]FAIL[/]"}
+        marks = {"ok": "[green]ok[/]", "warning": "[yellow]warn[/]", "problem": "[bold red]FAIL[/]",
+                 "skipped": "[dim]n/a[/]"}
         from rich.markup import escape
         from rich.table import Table
         from rich import box
@@ -281,11 +324,16 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     The one damage healed in place: "malformed database schema (messages_fts) - table
     messages_fts already exists" (upstream #43149). Any other damage is refused,
     untouched, with the `recover` hint. Needs the file to itself: stop Hermes first.
+    SQLite files only.
     """
     from ..schema_repair import repair
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
+    path = sqlite_file(
+        ctx, "maintenance repair",
+        "it heals duplicated entries in a SQLite file's schema table, which a PostgreSQL "
+        "server does not have; check the store with `hermes-store maintenance doctor` "
+        "(its --fix rebuilds the full-text indexes)")
     require_file(path)
     report = repair(path)
     if o.json_mode:
@@ -310,7 +358,7 @@ def rebuild_fts_command(ctx: typer.Context, json_flag: JsonOption = False) -> No
     """Rebuild the full-text indexes from the messages table (one write transaction)."""
     o = out(ctx, json_flag)
     started = time.monotonic()
-    with open_store(state(ctx).db, write=True) as db:
+    with open_store(state(ctx).target, write=True) as db:
         with o.progress("Rebuilding full-text indexes", None):
             count = db.rebuild_fts()
     seconds = round(time.monotonic() - started, 3)
@@ -322,9 +370,11 @@ def rebuild_fts_command(ctx: typer.Context, json_flag: JsonOption = False) -> No
 
 @app.command("optimize")
 def optimize_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
-    """Merge FTS segments in bounded steps (short transactions, writers keep going)."""
+    """Merge FTS segments in bounded steps (short transactions, writers keep going).
+
+    PostgreSQL: flush the GIN indexes' pending lists and ANALYZE messages."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db, write=True) as db:
+    with open_store(state(ctx).target, write=True) as db:
         count = db.optimize_fts()
     if o.json_mode:
         o.emit({"optimized": count})
@@ -334,15 +384,27 @@ def optimize_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 
 @app.command("vacuum")
 def vacuum_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
-    """Optimize the indexes and rewrite the file compactly (run when Hermes is idle)."""
+    """Optimize the indexes and rewrite the file compactly (run when Hermes is idle).
+
+    PostgreSQL: VACUUM (ANALYZE) of the store's tables, which blocks nobody; freed
+    space is reused by the database rather than given back to the disk."""
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    require_file(path)
-    before = path.stat().st_size + _wal_bytes(path)
-    with open_store(path, write=True) as db:
+    target = state(ctx).target
+    if target.is_sqlite:
+        require_file(target.path)
+    before = _store_bytes(target)
+    with open_store(target, write=True) as db:
         optimized = db.vacuum()
-    after = path.stat().st_size + _wal_bytes(path)
+    after = _store_bytes(target)  # a file shrinks at the checkpoint of close()
     if o.json_mode:
         o.emit({"optimized": optimized, "before_bytes": before, "after_bytes": after})
     else:
         o.line(f"Vacuumed: {human_bytes(before)} -> {human_bytes(after)} ({optimized} index(es) optimized).")
+
+
+def _store_bytes(target: "Target") -> int:
+    """The file and its WAL, or the PostgreSQL database's size."""
+    if target.is_sqlite:
+        return size_bytes(target) + wal_bytes(target)
+    with read_engine(target) as engine, engine.connect() as conn:
+        return size_bytes(target, conn)

@@ -7,28 +7,37 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, out, state
+from .common import JsonOption, local_path, out, sqlite_file
 from .output import EXIT_PROBLEMS
 
 
 def recover_command(
     ctx: typer.Context,
-    output_path: Annotated[Path, typer.Option("--output", "-o", help="The new database to write (must not exist).")],
-    work_dir: Annotated[Optional[Path], typer.Option("--work-dir", help="Where to stage the copy [default: system temp].")] = None,
+    output_path: Annotated[Path, typer.Option(
+        "--output", "-o", help="The new database file to write (must not exist).",
+        parser=local_path("--output", "recover writes a new SQLite file"))],
+    work_dir: Annotated[Optional[Path], typer.Option(
+        "--work-dir", help="Where to stage the copy [default: system temp].",
+        parser=local_path("--work-dir"))] = None,
     json_flag: JsonOption = False,
 ) -> None:
     """Copy every readable row of the (damaged) --db file into a fresh database at head.
 
     The damaged file is never modified, and the result is never installed over it:
     inspect the report, then swap the files yourself with Hermes stopped. Exit 1 when
-    rows were lost (the output is still written).
+    rows were lost (the output is still written). SQLite files only.
     """
     from ..recovery import recover
 
     o = out(ctx, json_flag)
+    source = sqlite_file(
+        ctx, "recover",
+        "it salvages the rows of a damaged SQLite file page by page; a PostgreSQL server "
+        "repairs and restores its own data (its logs, amcheck, a pg_dump or base backup; "
+        "see docs/postgres.md)")
     with o.progress("Recovering tables", None) as advance:
         report = recover(
-            state(ctx).db,
+            source,
             output_path,
             work_dir=work_dir,
             progress=lambda table, done, total: advance(done, total=total, description=f"Copying {table}"),

@@ -45,7 +45,7 @@ def search_command(
     if sort not in ("rank", "newest", "oldest"):
         raise typer.BadParameter(f"{sort!r}: choose rank, newest or oldest", param_hint="--sort")
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db) as db:
+    with open_store(state(ctx).target) as db:
         hits = db.search_messages(
             query,
             source_filter=source or None,

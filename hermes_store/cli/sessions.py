@@ -6,13 +6,17 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from ..errors import SessionNotFoundError
-from .common import JsonOption, YesOption, confirm, open_store, out, require_file, state
+from .common import JsonOption, YesOption, confirm, local_path, open_store, out, require_file, state
 from .output import human_bytes, one_line, when
+from .probe import read_engine, size_bytes, wal_bytes
+
+if TYPE_CHECKING:
+    from ..location import Target
 
 app = typer.Typer(help="List, inspect, rename, delete, prune, export and import sessions.", no_args_is_help=True)
 
@@ -44,7 +48,7 @@ def list_command(
 ) -> None:
     """Sessions, newest first: id, title (or first words), source, messages, activity."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db) as db:
+    with open_store(state(ctx).target) as db:
         rows = db.list_sessions_rich(
             source=source, limit=limit, include_archived=archived, include_children=children
         )
@@ -154,7 +158,7 @@ def show_command(
 ) -> None:
     """One session: metadata, lineage and messages."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db) as db:
+    with open_store(state(ctx).target) as db:
         sid = resolve(db, ref)
         session = db.get_session(sid)
         family = _lineage(db, sid)
@@ -221,7 +225,7 @@ def lineage_command(
 ) -> None:
     """The session's family tree: root, continuations, branches, delegate runs."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db) as db:
+    with open_store(state(ctx).target) as db:
         sid = resolve(db, ref)
         family = _lineage(db, sid)
     if o.json_mode:
@@ -242,7 +246,7 @@ def rename_command(
     """Give a session a new title (unique across sessions)."""
     o = out(ctx, json_flag)
     new_title = " ".join(title)
-    with open_store(state(ctx).db, write=True) as db:
+    with open_store(state(ctx).target, write=True) as db:
         sid = db.resolve_session_id(ref)
         if sid is None:
             raise SessionNotFoundError(ref)
@@ -263,7 +267,7 @@ def delete_command(
 ) -> None:
     """Delete a session, its messages and its delegate runs (other children are kept)."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db, write=True) as db:
+    with open_store(state(ctx).target, write=True) as db:
         sid = db.resolve_session_id(ref)
         if sid is None:
             raise SessionNotFoundError(ref)
@@ -286,7 +290,7 @@ def prune_command(
 ) -> None:
     """Delete ended sessions older than DAYS (live sessions are never pruned)."""
     o = out(ctx, json_flag)
-    with open_store(state(ctx).db, write=not dry_run) as db:
+    with open_store(state(ctx).target, write=not dry_run) as db:
         candidates = db.list_prune_candidates(older_than_days=older_than, source=source)
         pruned = 0
         if candidates and not dry_run:
@@ -332,29 +336,29 @@ def _show_candidates(o, rows: list[dict], total: int) -> None:
 
 # --------------------------------------------------------------------------- stats
 
-def _stats(path: Path) -> dict:
+def _stats(target: "Target") -> dict:
     import sqlalchemy as sa
 
     from .. import schema
-    from ..engine import create_engine
+    from ..repository.dialect import int_sum
 
     S, M = schema.sessions, schema.messages
-    engine = create_engine(path, read_only=True, journal_mode=None)
     real = (
         sa.select(M.c.session_id, sa.func.count().label("n"))
         .group_by(M.c.session_id)
         .subquery("real")
     )
-    cost = sa.func.coalesce(S.c.actual_cost_usd, S.c.estimated_cost_usd, 0)
+    # a REAL on both engines (SQLite would sum the literal 0 as an integer)
+    cost = sa.func.coalesce(S.c.actual_cost_usd, S.c.estimated_cost_usd, sa.literal(0.0))
 
     def grouped(key):
         stmt = (
             sa.select(
                 key.label("key"),
                 sa.func.count().label("sessions"),
-                sa.func.coalesce(sa.func.sum(real.c.n), 0).label("messages"),
-                sa.func.coalesce(sa.func.sum(S.c.input_tokens), 0).label("input_tokens"),
-                sa.func.coalesce(sa.func.sum(S.c.output_tokens), 0).label("output_tokens"),
+                sa.func.coalesce(int_sum(real.c.n), 0).label("messages"),
+                sa.func.coalesce(int_sum(S.c.input_tokens), 0).label("input_tokens"),
+                sa.func.coalesce(int_sum(S.c.output_tokens), 0).label("output_tokens"),
                 sa.func.sum(cost).label("cost_usd"),
             )
             .select_from(S.outerjoin(real, real.c.session_id == S.c.id))
@@ -363,26 +367,23 @@ def _stats(path: Path) -> dict:
         )
         return [dict(r._mapping) for r in conn.execute(stmt)]
 
-    try:
-        with engine.connect() as conn:
-            by_source = grouped(S.c.source)
-            by_model = grouped(S.c.model)
-            totals = conn.execute(
-                sa.select(
-                    sa.select(sa.func.count()).select_from(S).scalar_subquery(),
-                    sa.select(sa.func.count()).select_from(M).scalar_subquery(),
-                )
-            ).one()
-    finally:
-        engine.dispose()
-    size = path.stat().st_size
-    wal = Path(f"{path}-wal")
+    # one read snapshot: the totals and both breakdowns agree with each other
+    with read_engine(target) as engine, engine.connect() as conn, conn.begin():
+        by_source = grouped(S.c.source)
+        by_model = grouped(S.c.model)
+        totals = conn.execute(
+            sa.select(
+                sa.select(sa.func.count()).select_from(S).scalar_subquery(),
+                sa.select(sa.func.count()).select_from(M).scalar_subquery(),
+            )
+        ).one()
+        size = size_bytes(target, conn)
     return {
-        "path": str(path),
+        "path": target.display,
         "sessions": totals[0],
         "messages": totals[1],
         "size_bytes": size,
-        "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+        "wal_bytes": wal_bytes(target),
         "by_source": [{"source": r.pop("key"), **r} for r in by_source],
         "by_model": [{"model": r.pop("key"), **r} for r in by_model],
     }
@@ -392,16 +393,17 @@ def _stats(path: Path) -> dict:
 def stats_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     """Totals by source and by model: sessions, messages, tokens, cost."""
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    with open_store(path):  # refuses a store below head, with the command to run
+    target = state(ctx).target
+    with open_store(target):  # refuses a store below head, with the command to run
         pass
-    data = _stats(path)
+    data = _stats(target)
     if o.json_mode:
         o.emit(data)
         return
+    wal = "" if data["wal_bytes"] is None else f" (+{human_bytes(data['wal_bytes'])} WAL)"
     o.line(
         f"{data['sessions']} sessions, {data['messages']} messages, "
-        f"{human_bytes(data['size_bytes'])} (+{human_bytes(data['wal_bytes'])} WAL)"
+        f"{human_bytes(data['size_bytes'])}{wal}"
     )
     for title, key, rows in (("By source", "source", data["by_source"]), ("By model", "model", data["by_model"])):
         o.table(
@@ -428,7 +430,9 @@ def export_command(
     ctx: typer.Context,
     ref: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="One session (id, prefix or title); all when omitted.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="json, jsonl or md.", case_sensitive=False)] = "jsonl",
-    output_path: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    output_path: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write here instead of stdout.",
+        parser=local_path("--output", "an export is a file; `hermes-store db copy` copies a store into a database"))] = None,
     source: Annotated[Optional[str], typer.Option(help="Only sessions from this source.")] = None,
     json_flag: JsonOption = False,
 ) -> None:
@@ -439,31 +443,32 @@ def export_command(
     if fmt not in ("json", "jsonl", "md"):
         raise typer.BadParameter(f"{fmt!r}: choose json, jsonl or md", param_hint="--format")
     o = out(ctx, json_flag)
-    path = state(ctx).db
+    db_target = state(ctx).target
     sid = None
     if ref:
-        with open_store(path) as db:
+        with open_store(db_target) as db:
             sid = resolve(db, ref)
-    else:
-        require_file(path)  # the export itself reads any schema version, read-only
-    total = _count_messages(path, sid, source)
+    elif db_target.is_sqlite:
+        require_file(db_target.path)  # the export itself reads any schema version, read-only
 
-    to_stdout = output_path is None or str(output_path) == "-"
-    target = None if to_stdout else output_path.expanduser().absolute()
-    with o.progress("Exporting", total) as advance:
-        tick = lambda counts: advance(counts.messages)  # noqa: E731
-        if target is None:
-            counts = transfer.write_export(path, sys.stdout, fmt, session_id=sid, source=source, on_record=tick)
-            sys.stdout.flush()
-        else:
-            # Written aside and renamed when complete: never a half export under the name.
-            partial = target.with_name(f".{target.name}.partial")
-            try:
-                with open(partial, "w", encoding="utf-8", newline="\n") as fh:
-                    counts = transfer.write_export(path, fh, fmt, session_id=sid, source=source, on_record=tick)
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
+    to_stdout = output_path is None or output_path.name == "-"
+    target = None if to_stdout else output_path
+    with read_engine(db_target) as engine:
+        total = _count_messages(engine, sid, source)
+        with o.progress("Exporting", total) as advance:
+            tick = lambda counts: advance(counts.messages)  # noqa: E731
+            if target is None:
+                counts = transfer.write_export(engine, sys.stdout, fmt, session_id=sid, source=source, on_record=tick)
+                sys.stdout.flush()
+            else:
+                # Written aside and renamed when complete: never a half export under the name.
+                partial = target.with_name(f".{target.name}.partial")
+                try:
+                    with open(partial, "w", encoding="utf-8", newline="\n") as fh:
+                        counts = transfer.write_export(engine, fh, fmt, session_id=sid, source=source, on_record=tick)
+                    os.replace(partial, target)
+                finally:
+                    partial.unlink(missing_ok=True)
     if target is not None:
         summary = {"path": str(target), "format": fmt, "sessions": counts.sessions, "messages": counts.messages}
         if o.json_mode:
@@ -472,11 +477,10 @@ def export_command(
             o.line(f"Exported {counts.sessions} session(s), {counts.messages} message(s) to {target}")
 
 
-def _count_messages(path: Path, sid: str | None, source: str | None) -> int:
+def _count_messages(engine, sid: str | None, source: str | None) -> int:
     import sqlalchemy as sa
 
     from .. import schema
-    from ..engine import create_engine
 
     S, M = schema.sessions, schema.messages
     stmt = sa.select(sa.func.count()).select_from(M)
@@ -484,12 +488,10 @@ def _count_messages(path: Path, sid: str | None, source: str | None) -> int:
         stmt = stmt.where(M.c.session_id == sid)
     if source is not None:
         stmt = stmt.where(M.c.session_id.in_(sa.select(S.c.id).where(S.c.source == source)))
-    engine = create_engine(path, read_only=True, journal_mode=None)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(stmt).scalar() or 0
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table(M.name):
+            return 0  # an empty store: the export finds nothing either
+        return conn.execute(stmt).scalar() or 0
 
 
 IMPORT_KEYS = (
@@ -501,17 +503,20 @@ IMPORT_KEYS = (
 @app.command("import")
 def import_command(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="A json/jsonl export (this tool's or upstream Hermes').")],
+    file: Annotated[Path, typer.Argument(
+        help="A json/jsonl export (this tool's or upstream Hermes').",
+        parser=local_path("FILE", "import reads an export file; `hermes-store db copy` copies a whole store"))],
     json_flag: JsonOption = False,
 ) -> None:
     """Import sessions from an export; sessions already present are skipped."""
-    from .. import migrate, transfer
+    from .. import transfer
 
     o = out(ctx, json_flag)
-    path = state(ctx).db
-    migrate.upgrade(path)  # imports need the head schema; creates the store if missing
-    with o.progress("Importing", None) as advance:
-        report = transfer.import_file(path, file, progress=lambda done, total: advance(done, total=total))
+    # Opened for writing: imports need the head schema (an older store is upgraded,
+    # a missing file created), and on PostgreSQL each batch takes the store's unit lock.
+    with open_store(state(ctx).target, write=True) as db, \
+            o.progress("Importing", None) as advance:
+        report = transfer.import_file(db, file, progress=lambda done, total: advance(done, total=total))
     data = {"file": str(file), **report.as_dict()}
     if o.json_mode:
         o.emit({k: data[k] for k in IMPORT_KEYS})

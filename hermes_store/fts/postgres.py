@@ -118,16 +118,19 @@ BEGIN
         END;
     END LOOP;
 END $$""",
+    # SQL functions that call ours have SQL-standard bodies (RETURN …): parsed when
+    # created, so the call is bound to the function itself and not looked up by name
+    # later — pg_restore runs with an empty search_path, and a quoted body ($$ … $$)
+    # calling hermes_fts_vector() unqualified failed to restore the messages table.
     DOCUMENT_FUNCTION: f"""
 CREATE OR REPLACE FUNCTION {DOCUMENT_FUNCTION}(
     role text, content text, tool_name text, tool_calls text
 ) RETURNS tsvector
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT {VECTOR_FUNCTION}(
-        CASE WHEN role = 'tool' THEN left(coalesce(content, ''), {TOOL_CONTENT_PREFIX_CHARS})
-             ELSE coalesce(content, '') END
-        || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))
-$$""",
+LANGUAGE sql IMMUTABLE
+RETURN {VECTOR_FUNCTION}(
+    CASE WHEN role = 'tool' THEN left(coalesce(content, ''), {TOOL_CONTENT_PREFIX_CHARS})
+         ELSE coalesce(content, '') END
+    || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))""",
     TRIGRAM_DOCUMENT_FUNCTION: f"""
 CREATE OR REPLACE FUNCTION {TRIGRAM_DOCUMENT_FUNCTION}(content text, tool_name text)
 RETURNS text
@@ -150,10 +153,9 @@ END $$""",
     SESSION_OK_FUNCTION: f"""
 CREATE OR REPLACE FUNCTION {SESSION_OK_FUNCTION}(source text, model_config text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT source NOT IN ({_SOURCES})
-       AND {JSON_TEXT_FUNCTION}(model_config, '_delegate_from') IS NULL
-$$""",
+LANGUAGE sql IMMUTABLE
+RETURN source NOT IN ({_SOURCES})
+   AND {JSON_TEXT_FUNCTION}(model_config, '_delegate_from') IS NULL""",
     MESSAGE_SCOPE_FUNCTION: f"""
 CREATE OR REPLACE FUNCTION {MESSAGE_SCOPE_FUNCTION}() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -249,3 +249,23 @@ def _offset_or_zero_default(element, compiler, **kw):
 def _offset_or_zero_sqlite(element, compiler, **kw):
     (count,) = element.clauses
     return compiler.process(count, **kw)
+
+
+# --------------------------------------------------------------------------- explicit ids
+
+
+def keep_ids_ahead(conn: sa.Connection, column: sa.Column) -> None:
+    """After rows were inserted with explicit values in ``column`` (an autoincrementing
+    key: an import keeping exported ids), make the next generated value larger than every
+    stored one, as SQLite's AUTOINCREMENT does by itself. A PostgreSQL sequence does not
+    move for explicit values: the next append would be given a taken id.
+
+    The sequence never moves backwards (``greatest`` with its own next value); callers
+    run inside an exclusive write unit, so no concurrent insert draws from it meanwhile.
+    """
+    if conn.dialect.name == "sqlite":
+        return
+    table, name = column.table.name, column.name
+    sequence = sa.func.pg_get_serial_sequence(table, name)
+    top = sa.select(sa.func.max(column)).scalar_subquery()
+    conn.execute(sa.select(sa.func.setval(sequence, sa.func.greatest(top, sa.func.nextval(sequence)))))

@@ -45,6 +45,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
+from .dialect import keep_ids_ahead
 from .messages import _INSERT_MESSAGE, _bulk_rows
 from .sessions import store_prompt
 from .values import scrub_surrogates
@@ -413,12 +414,20 @@ class SessionWriter:
             else:
                 taken.add(row["id"])
                 keep.append(row)
-        for group in _runs(keep) + _runs(renumber):
-            if group[0].keys() == _INSERT_MESSAGE_KEYS:  # append's rows: the prebuilt INSERT
-                _INSERT_MESSAGE.execute_many(conn, group)
-            else:
-                conn.execute(sa.insert(M), group)
+        for group in _runs(keep):
+            self._insert_messages(conn, group)
+        if keep:  # kept ids must stay below every id generated from now on
+            keep_ids_ahead(conn, M.c.id)
+        for group in _runs(renumber):
+            self._insert_messages(conn, group)
         self.tally.messages_added += len(rows)
+
+    @staticmethod
+    def _insert_messages(conn: sa.Connection, group: list[dict]) -> None:
+        if group[0].keys() == _INSERT_MESSAGE_KEYS:  # append's rows: the prebuilt INSERT
+            _INSERT_MESSAGE.execute_many(conn, group)
+        else:
+            conn.execute(sa.insert(M), group)
 
     # -- parents
 

@@ -2,6 +2,14 @@
 row dumps for exact comparisons, and the 80-column check.
 
 Import the fixtures into a test module with ``from cli_support import *``.
+
+``store``, ``native_store`` and ``empty_store`` are on each engine in turn: a test that
+asks for one runs twice (``backend`` is parametrized by ``tests/conftest.py``),
+``[sqlite]`` on a copy of a head file and ``[postgresql]`` on a database at head on
+the suite's throwaway server (``pg_url``) holding the same sessions (imported from the
+0.19.0 fixture's export, as ``native_store`` is on SQLite). Either is handed to the
+CLI as ``--db`` (a path, or a URL). A test about SQLite files (backups, WAL, raw
+``sqlite3``) says so with ``@pytest.mark.sqlite_only("why")``.
 """
 
 from __future__ import annotations
@@ -16,14 +24,17 @@ from conftest import copy_fixture
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from hermes_store import migrate, transfer
+from hermes_store import SessionDB, migrate, transfer
 from hermes_store.cli import app
 
 __all__ = [
     "head_templates",
+    "backend",
     "store",
     "empty_store",
     "native_store",
+    "pg_store",
+    "is_url",
     "cli",
     "copy_db",
     "rows",
@@ -64,24 +75,65 @@ def head_templates(tmp_path_factory) -> dict[str, Path]:
     with open(export, "w", encoding="utf-8") as fh:
         transfer.write_export(rich, fh, "jsonl")
     transfer.import_file(native, export)
-    return {"rich": rich, "empty": empty, "native": native}
+    return {"rich": rich, "empty": empty, "native": native, "export": export}
 
 
 @pytest.fixture
-def store(head_templates, tmp_path) -> Path:
-    """A private head store holding the 0.19.0 fixture's sessions."""
+def backend(request) -> str:
+    """The engine under test: "sqlite" or "postgresql" (parametrized by conftest)."""
+    return getattr(request, "param", "sqlite")
+
+
+def _database_at_head(request) -> str:
+    """A PostgreSQL database of its own at head (a test may ask for several stores),
+    given back to the template's pool after the test."""
+    server, template = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_template")
+    name = template.take()
+    request.addfinalizer(lambda: template.give_back(name))
+    return server.url(name)
+
+
+def _imported_database(request, head_templates) -> str:
+    """A PostgreSQL database at head holding the 0.19.0 fixture's sessions: its export
+    imported, exactly as ``native_store`` was made on SQLite."""
+    url = _database_at_head(request)
+    with SessionDB(url) as db:
+        transfer.import_file(db, head_templates["export"])
+    return url
+
+
+@pytest.fixture
+def store(request, backend, head_templates, tmp_path) -> Path | str:
+    """A private head store holding the 0.19.0 fixture's sessions (SQLite: the adopted
+    upstream file itself)."""
+    if backend == "postgresql":
+        return _imported_database(request, head_templates)
     return copy_db(head_templates["rich"], tmp_path / "state.db")
 
 
 @pytest.fixture
-def native_store(head_templates, tmp_path) -> Path:
+def native_store(request, backend, head_templates, tmp_path) -> Path | str:
     """The 0.19.0 fixture's rows imported into a store the migrations created."""
+    if backend == "postgresql":
+        return _imported_database(request, head_templates)
     return copy_db(head_templates["native"], tmp_path / "native.db")
 
 
 @pytest.fixture
-def empty_store(head_templates, tmp_path) -> Path:
+def empty_store(request, backend, head_templates, tmp_path) -> Path | str:
+    if backend == "postgresql":
+        return _database_at_head(request)
     return copy_db(head_templates["empty"], tmp_path / "empty.db")
+
+
+@pytest.fixture
+def pg_store(request, head_templates) -> str:
+    """``store``'s PostgreSQL database, for tests that compare it with a file."""
+    return _imported_database(request, head_templates)
+
+
+def is_url(db) -> bool:
+    return isinstance(db, str) and "://" in db
 
 
 class Cli:
@@ -119,8 +171,25 @@ def assert_fits(text: str, width: int = WIDTH) -> None:
     assert not wide, f"lines wider than {width} columns: {wide[:3]}"
 
 
-def rows(db: Path, table: str, order: str) -> list[dict]:
-    """Every row of ``table`` as dicts (all columns), in ``order``."""
+def rows(db: Path | str, table: str, order: str) -> list[dict]:
+    """Every row of ``table`` as dicts (all columns), in ``order``: read with sqlite3 from
+    a file, or through the store's own engine from a PostgreSQL URL (so text comes back
+    decoded from the NUL encoding), without PostgreSQL's full-text columns, which a
+    file does not have."""
+    if is_url(db):
+        import sqlalchemy as sa
+
+        from hermes_store import location, postgres
+        from hermes_store.fts.postgres import is_fts_object
+
+        engine = postgres.create_engine(location.resolve(db), poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                result = conn.exec_driver_sql(f"SELECT * FROM {table} ORDER BY {order}")
+                return [{k: v for k, v in r._mapping.items() if not is_fts_object(k)}
+                        for r in result]
+        finally:
+            engine.dispose()
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     try:

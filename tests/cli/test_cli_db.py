@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from cli_support import *  # noqa: F403
 from conftest import copy_fixture
 
@@ -67,10 +68,33 @@ def test_check_passes_at_head_with_json_shape(cli, empty_store):
     assert result.exit_code == 0, result.output
     data = parse_json(result)
     assert set(data) == {"path", "revision", "head", "at_head", "drift", "telegram_topics", "ok"}
-    assert data["ok"] is True and data["drift"] == []
+    assert data["ok"] is True and data["drift"] == [] and data["revision"] == HEAD
     assert data["telegram_topics"]["state"] == "absent" and data["telegram_topics"]["ok"] is True
+    human = cli(empty_store, "db", "check")
+    assert "at head" in flat(human.stdout) and "matches hermes_store.schema" in flat(human.stdout)
+    assert_fits(human.stdout)
 
 
+def test_current_and_history_at_head(cli, empty_store):
+    data = parse_json(cli(empty_store, "--json", "db", "current"))
+    assert set(data) == {"path", "revision", "head", "at_head", "schema_version", "managed_by", "exists"}
+    assert (data["revision"], data["at_head"], data["schema_version"], data["managed_by"], data["exists"]) == (
+        HEAD, True, 30, "hermes_store", True)
+    assert cli(empty_store, "db", "current").stdout.strip() == f"{HEAD} (head)"
+    history = parse_json(cli(empty_store, "--json", "db", "history"))
+    assert set(history) == {"path", "current", "head", "revisions"}
+    assert [r["revision"] for r in history["revisions"] if r["current"]] == [HEAD]
+
+
+def test_upgrade_of_a_store_at_head_does_nothing(cli, empty_store):
+    data = parse_json(cli(empty_store, "--json", "db", "upgrade"))
+    assert (data["from"], data["to"], data["created"], data["adopted"]) == (HEAD, HEAD, False, False)
+    assert data["telegram_topics"] == {"from": None, "to": None}
+    human = cli(empty_store, "db", "upgrade")
+    assert human.exit_code == 0 and "nothing to do" in flat(human.stdout)
+
+
+@pytest.mark.sqlite_only("revisions below 0030 exist for files only (PostgreSQL: test_cli_postgres)")
 def test_downgrade_asks_and_a_no_changes_nothing(cli, empty_store):
     refused = cli(empty_store, "db", "downgrade", "0029", input="n\n")
     assert refused.exit_code == 7
@@ -92,16 +116,37 @@ def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head
     assert result.exit_code == 0
     data = parse_json(result)
     assert set(data) == {
-        "path", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
+        "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
         "schema_version", "journal_mode", "sessions", "messages",
     }
-    assert data["path"] == str(hermes_home / "state.db")
+    assert data["path"] == str(hermes_home / "state.db") and data["backend"] == "sqlite"
     assert (data["revision"], data["schema_version"], data["sessions"], data["messages"]) == (HEAD, 30, 6, 41)
     human = cli(None, "status")
     assert "0030 (head)" in flat(human.stdout)
     assert_fits(human.stdout)
 
 
+def test_status_json_shape_on_each_engine(cli, store, backend):
+    data = parse_json(cli(store, "--json", "status"))
+    assert set(data) == {
+        "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
+        "schema_version", "journal_mode", "sessions", "messages",
+    }
+    assert (data["backend"], data["exists"], data["revision"], data["at_head"]) == (backend, True, HEAD, True)
+    assert (data["schema_version"], data["sessions"], data["messages"]) == (30, 6, 41)
+    assert data["size_bytes"] > 0
+    if backend == "sqlite":
+        assert data["path"] == str(store) and data["journal_mode"] == "wal"
+        assert isinstance(data["wal_bytes"], int)
+    else:  # a server keeps its own journal: nothing to report
+        assert data["path"].startswith("postgresql+psycopg://postgres@/")
+        assert (data["journal_mode"], data["wal_bytes"]) == (None, None)
+    human = cli(store, "status")
+    assert "0030 (head)" in flat(human.stdout)
+    assert_fits(human.stdout)
+
+
+@pytest.mark.sqlite_only("db backup copies a SQLite file (PostgreSQL: its refusal, test_cli_postgres)")
 def test_backup_is_consistent_while_a_writer_holds_an_open_transaction(cli, store, tmp_path):
     writer = sqlite3.connect(store, isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
+import sqlalchemy as sa
 from cli_support import *  # noqa: F403
+
+from hermes_store import SessionDB
 
 
 def test_search_json_shape_filters_and_sort(cli, store):
@@ -50,12 +53,22 @@ def test_doctor_on_a_healthy_store(cli, native_store):
     assert {"integrity", "schema", "foreign_keys", "orphans", "counters", "fts", "wal"} <= names
     for check in data["checks"]:
         assert set(check) == {"check", "status", "detail", "fixable"}
+    status = {c["check"]: c["status"] for c in data["checks"]}
+    if is_url(store):  # SQLite's file checks do not apply to a server, and say so
+        assert (status["integrity"], status["wal"]) == ("skipped", "skipped")
+        assert "journal_mode" not in status
+    else:
+        assert (status["integrity"], status["wal"]) == ("ok", "ok")
+    assert all(status[c] == "ok" for c in ("schema", "foreign_keys", "orphans", "counters", "fts"))
     human = cli(store, "maintenance", "doctor")
     assert "No problems found." in flat(human.stdout)
     assert_fits(human.stdout)
 
 
 def _break_counters_and_index(db) -> None:
+    """A wrong message_count, and a full-text index that no longer matches messages."""
+    if is_url(db):
+        return _break_counters_and_index_on_server(db)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("UPDATE sessions SET message_count = 999 WHERE id = 'fx_20260101_cli_docker'")
     # A message row the index never saw (triggers off for this one insert): FTS drift.
@@ -75,6 +88,19 @@ def _break_counters_and_index(db) -> None:
     conn.close()
 
 
+def _break_counters_and_index_on_server(url: str) -> None:
+    # PostgreSQL computes the word index's column itself, so the damage an operator can
+    # meet is a lost index (a failed CREATE INDEX CONCURRENTLY, a manual DROP).
+    with SessionDB(url) as db, db.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET message_count = 999 WHERE id = 'fx_20260101_cli_docker'"))
+        conn.execute(sa.text(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('fx_20260101_cli_codex', 'user', 'unindexed words', 1767225999)"))
+        conn.execute(sa.text("UPDATE sessions SET message_count = message_count + 1 "
+                             "WHERE id = 'fx_20260101_cli_codex'"))
+        conn.execute(sa.text("DROP INDEX messages_fts_trigram"))
+
+
 def test_doctor_finds_problems_and_fix_repairs_them(cli, native_store):
     store = native_store
     _break_counters_and_index(store)
@@ -92,9 +118,9 @@ def test_doctor_finds_problems_and_fix_repairs_them(cli, native_store):
     assert fixed.exit_code == 0, fixed.output
     data = parse_json(fixed)
     assert data["ok"] is True and len(data["fixed"]) == 2
-    conn = sqlite3.connect(store)
-    assert conn.execute("SELECT message_count FROM sessions WHERE id = 'fx_20260101_cli_docker'").fetchone()[0] == 12
-    conn.close()
+    with SessionDB(store) as db:  # writable: FTS5's integrity-check is an INSERT
+        assert db.get_session("fx_20260101_cli_docker")["message_count"] == 12
+        assert db.fts_integrity_check() == []
     hits = parse_json(cli(store, "--json", "search", "unindexed"))["results"]
     assert [h["session_id"] for h in hits] == ["fx_20260101_cli_codex"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from cli_support import *  # noqa: F403
 
 from hermes_store import SessionDB
@@ -147,10 +145,10 @@ def test_stats_by_source_and_model(cli, store):
     assert sum(r["messages"] for r in data["by_model"]) == 41
     for row in data["by_source"]:
         assert set(row) == {"source", "sessions", "messages", "input_tokens", "output_tokens", "cost_usd"}
-    conn = sqlite3.connect(store)
-    tokens = conn.execute("SELECT sum(input_tokens) FROM sessions").fetchone()[0]
-    conn.close()
+        assert all(type(row[k]) is int for k in ("sessions", "messages", "input_tokens", "output_tokens"))
+    tokens = sum(r["input_tokens"] or 0 for r in rows(store, "sessions", "id"))
     assert sum(r["input_tokens"] for r in data["by_model"]) == tokens
+    assert (data["wal_bytes"] is None) == is_url(store)  # a server has no -wal file
     human = cli(store, "sessions", "stats")
     assert "By source" in flat(human.stdout) and "By model" in flat(human.stdout)
     assert_fits(human.stdout)

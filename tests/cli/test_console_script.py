@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from cli_support import *  # noqa: F403
 
 
@@ -31,6 +32,7 @@ def test_the_console_script_is_installed():
     assert shutil.which("hermes-store"), "pip install -e . puts hermes-store on PATH"
 
 
+@pytest.mark.sqlite_only("recover salvages a file (PostgreSQL: test_cli_postgres)")
 def test_one_command_of_each_group(store, tmp_path):
     status = json.loads(_run("--db", store, "status", "--json").stdout)
     assert status["sessions"] == 6

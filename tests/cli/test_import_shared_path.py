@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import sqlalchemy as sa
 from cli_support import *  # noqa: F403
 
 from hermes_store import SessionDB, transfer
@@ -43,8 +44,8 @@ def test_the_cli_and_import_sessions_write_the_same_rows(cli, empty_store, head_
         with SessionDB(target) as db:
             db.create_session("holder", "cli")
             db.set_session_title("holder", "Taken")
-            db._write(lambda conn: conn.exec_driver_sql(
-                "UPDATE sessions SET started_at = ?", (T0,)))
+            db._write(lambda conn: conn.execute(
+                sa.text("UPDATE sessions SET started_at = :t"), {"t": T0}))
     path = tmp_path / "upstream.json"
     path.write_text(json.dumps(PAYLOAD))
 

@@ -189,6 +189,7 @@ def _share_prompt_and_store_a_blob(path) -> tuple[str, int]:
     return other, blob_id
 
 
+@pytest.mark.sqlite_only("stores a BLOB in a TEXT column through sqlite3 (PostgreSQL's types refuse it)")
 def test_export_records_do_not_depend_on_the_page_size(store):
     # Pages stop at the first short one: page sizes at, below and above the number of
     # sessions (6) and of one session's messages (12, 10, 8, …) must all give the
@@ -220,6 +221,7 @@ def test_export_refuses_a_page_size_below_one(store):
         list(transfer.iter_export(store, page_size=0))
 
 
+@pytest.mark.sqlite_only("copies the store's file to open it read-only")
 def test_import_and_export_through_an_open_session_db(store, empty_store, tmp_path):
     export = tmp_path / "rich.jsonl"
     with SessionDB(store) as source, open(export, "w", encoding="utf-8") as fh:

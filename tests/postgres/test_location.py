@@ -118,14 +118,21 @@ def test_a_url_that_became_a_path_is_refused_not_created(tmp_path, monkeypatch):
     with pytest.raises(errors.DatabaseURLError, match="looks like a database URL") as info:
         migrate.upgrade(mangled)
     assert SECRET not in str(info.value)
-    result = subprocess.run(
-        [sys.executable, "-m", "hermes_store", "--db", f"postgresql+psycopg://u:{SECRET}@/db",
-         "db", "upgrade"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "HERMES_HOME": str(tmp_path / "home")})
-    assert result.returncode != 0
-    assert "looks like a database URL" in " ".join(result.stderr.split())
-    assert SECRET not in result.stdout + result.stderr
-    assert list(tmp_path.iterdir()) == []
+    # The CLI: a URL is a database to reach (here none: exit 8), its mangled form is
+    # refused (exit 2); neither becomes a directory (every command: tests/cli).
+    for given, code, says in (
+        (f"postgresql+psycopg://u:{SECRET}@/db?host={tmp_path}/no-server", 8,
+         "cannot reach the PostgreSQL server"),
+        (f"postgresql+psycopg:/u:{SECRET}@/db", 2, "looks like a database URL"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "hermes_store", "--db", given, "db", "upgrade"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "HERMES_HOME": str(tmp_path / "home")})
+        assert result.returncode == code, result.stderr
+        assert says in " ".join(result.stderr.split())
+        assert SECRET not in result.stdout + result.stderr
+        assert list(tmp_path.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- driver
