@@ -508,11 +508,12 @@ class WriteUnits:
         self._writers = connections(writer(engine))
         self._maintenance = autocommit(engine)
         self._sqlite = engine.dialect.name == "sqlite"
-        self._lock_unit = None
+        self._lock_unit = self._session_ended = None
         if engine.dialect.name == "postgresql":
             from . import postgres
 
             self._lock_unit = postgres.lock_unit
+            self._session_ended = postgres.session_ended
         self.policy = policy
         self.label = label
         self._lock = threading.RLock() if serialize else None
@@ -601,6 +602,12 @@ class WriteUnits:
                 result = fn(conn)
             finally:
                 local.conn = None
+            if self._session_ended is not None:
+                # a session the server ended while the unit was idle (a restart) never
+                # received COMMIT: re-run the unit rather than report an unknown outcome
+                ended = self._session_ended(conn)
+                if ended is not None:
+                    raise ended
         except BaseException:
             end_failed_transaction(conn)
             raise

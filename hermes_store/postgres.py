@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -294,6 +295,43 @@ def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
     conn.execute(_LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED)
 
 
+def session_ended(conn: sa.Connection) -> sa.exc.DBAPIError | None:
+    """Whether the server has already ended the session of ``conn`` — sent its last
+    message (a FATAL such as 57P01 at a restart or ``pg_terminate_backend``) and closed
+    the socket — while the unit was idle between statements; asked just before COMMIT.
+
+    Such a transaction was rolled back before COMMIT was sent, so the unit may be re-run
+    like one whose connection broke mid-way: the error returned (``connection_invalidated``,
+    the connection invalidated so the pool drops it) says so. Without this check the
+    failure would first show at COMMIT and be reported as an unknown outcome. A session
+    ended after the check, while COMMIT is on its way, still is one. One ``select()`` on
+    the socket, no round trip; None when the server has said nothing.
+    """
+    import psycopg
+
+    pgconn = conn.connection.dbapi_connection.pgconn
+    try:
+        # idle in a transaction the server speaks first only to say goodbye (a FATAL,
+        # then the end of the stream) or with an asynchronous message, which libpq keeps;
+        # what is left readable once that is read is the end of the stream
+        for _ in range(3):
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            if not readable:
+                return None  # the usual case: the server is waiting for us
+            pgconn.consume_input()  # raises at the end of the stream
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                break
+        else:
+            return None  # still talking: let COMMIT find out
+        why = pgconn.error_message.decode(errors="replace") or "connection bad"
+    except (OSError, ValueError, psycopg.Error) as exc:
+        why = str(exc)
+    orig = psycopg.OperationalError(
+        f"the server closed the connection before COMMIT was sent: {' '.join(str(why).split())}")
+    conn.invalidate()
+    return sa.exc.OperationalError("COMMIT", None, orig, connection_invalidated=True)
+
+
 def stamped_at_head(engine: Engine, head: str) -> bool:
     """True when the database's ``alembic_version`` holds the head and
     ``schema_version`` its number: the usual open, answered in two statements without
@@ -501,6 +539,7 @@ __all__ = [
     "migration_lock",
     "pg_errors",
     "pool_settings",
+    "session_ended",
     "stamped_at_head",
     "translate_error",
     "vacuum",
