@@ -276,9 +276,9 @@ def _begin_hook(read_only_store: bool):
 #: key of the transaction-level advisory lock of write units (the first 8 bytes of
 #: sha256("hermes_store.write_unit"), as a signed bigint); see :func:`lock_unit`
 UNIT_LOCK_KEY = -0x3A9B_5C0E_1D27_64F3
-_LOCK_EXCLUSIVE = sa.text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=UNIT_LOCK_KEY)
-_LOCK_SHARED = sa.text("SELECT pg_advisory_xact_lock_shared(:key)").bindparams(
-    key=UNIT_LOCK_KEY)
+# the key is part of the text: no parameter to bind, the same statement every time
+_LOCK_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({UNIT_LOCK_KEY})"
+_LOCK_SHARED = f"SELECT pg_advisory_xact_lock_shared({UNIT_LOCK_KEY})"
 
 
 def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
@@ -290,9 +290,16 @@ def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
     upsert that reads first) runs alone, exactly as every unit does on SQLite, while
     the hot units that only change rows through statements that lock them (appending
     messages) share it and run side by side. The lock queue is fair: a waiting
-    exclusive unit is not starved by a stream of shared ones.
+    exclusive unit is not starved by a stream of shared ones. Sent through the driver
+    door (``engine.driver_execute``): it is on every write unit's path.
     """
-    conn.execute(_LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED)
+    from .engine import driver_execute, uses_driver
+
+    statement = _LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED
+    if uses_driver(conn.dialect):
+        driver_execute(conn, statement, None)
+    else:
+        conn.exec_driver_sql(statement)
 
 
 def session_ended(conn: sa.Connection) -> sa.exc.DBAPIError | None:
