@@ -12,8 +12,10 @@ every round, so load drift on the shared machine hits both alike.
 
 Reported per W (median over rounds): aggregate messages/s (appends that returned, all
 processes, over the common window), p50 and p99 latency per append (all processes'
-calls pooled), write units re-run (busy retries) per run, and errors that reached a
-caller (summed over rounds). Sides: PostgreSQL with deployment settings (fsync,
+calls pooled), write units re-run (busy retries) per run, errors that reached a
+caller (summed over rounds), and CPU per append: the writer processes' own, and the
+server's (its processes' CPU over the window; SQLite has none) — on this 2-core machine
+clients and server share the cores, so that sum bounds PostgreSQL's throughput. Sides: PostgreSQL with deployment settings (fsync,
 ``synchronous_commit`` and ``full_page_writes`` on: ``_pg.DEPLOYMENT_SETTINGS``), SQLite
 as the store runs it (WAL, ``synchronous=FULL``), and — labelled — PostgreSQL with
 ``synchronous_commit=off`` for that database (commits return before their WAL is on
@@ -28,6 +30,7 @@ zero errors.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -79,6 +82,7 @@ def child(target: str, writer_id: int) -> None:
     print("ready", flush=True)
     start, deadline = map(float, sys.stdin.readline().split()[1:])
     time.sleep(max(0.0, start - time.time()))
+    cpu = time.process_time()
     latencies: list[float] = []
     errors: Counter = Counter()
     i = 0
@@ -92,9 +96,10 @@ def child(target: str, writer_id: int) -> None:
             errors[type(exc).__name__] += 1
             continue
         latencies.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu
     print(json.dumps({"appends": len(latencies), "window": deadline - start,
                       "latencies": latencies, "retries": db._units.retries,
-                      "errors": dict(errors)}), flush=True)
+                      "errors": dict(errors), "cpu": cpu}), flush=True)
     db.close()
 
 
@@ -106,7 +111,31 @@ def _spawn(target: str, writer_id: int) -> subprocess.Popen:
                             text=True)
 
 
-def run_writers(target: str, writers: int, seconds: float) -> dict:
+def server_cpu(data_dir: Path | None) -> float:
+    """CPU seconds used so far by a PostgreSQL server: the postmaster, its live
+    processes (backends, WAL writer…) and those it has reaped (``cutime``)."""
+    if data_dir is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+
+    def fields(pid):
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+
+    own = fields(postmaster)
+    total = sum(int(x) for x in own[11:15])  # utime stime cutime cstime
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                f = fields(entry)
+            except OSError:
+                continue
+            if int(f[1]) == postmaster:
+                total += int(f[11]) + int(f[12])
+    return total / tick
+
+
+def run_writers(target: str, writers: int, seconds: float, data_dir: Path | None = None) -> dict:
     procs = [_spawn(target, w) for w in range(writers)]
     try:
         for p in procs:
@@ -114,10 +143,12 @@ def run_writers(target: str, writers: int, seconds: float) -> dict:
             if line.strip() != "ready":
                 raise RuntimeError(f"writer did not start (exit {p.wait()})")
         start = time.time() + 0.3
+        server_before = server_cpu(data_dir)
         for p in procs:
             p.stdin.write(f"go {start} {start + seconds}\n")
             p.stdin.flush()
         reports = [json.loads(p.communicate(timeout=seconds + 300)[0]) for p in procs]
+        server = server_cpu(data_dir) - server_before
     finally:
         for p in procs:
             if p.poll() is None:
@@ -135,6 +166,9 @@ def run_writers(target: str, writers: int, seconds: float) -> dict:
         "errors": sum(errors.values()),
         "error_kinds": dict(errors),
         "appends": len(latencies),
+        # CPU per append that returned: the writer processes', the server's
+        "client_cpu_ms": sum(r["cpu"] for r in reports) / max(1, len(latencies)) * 1e3,
+        "server_cpu_ms": server / max(1, len(latencies)) * 1e3 if data_dir else None,
     }
 
 
@@ -190,7 +224,8 @@ def run(args, report) -> None:
                     for engine in order:
                         target = stores.fresh(engine)
                         try:
-                            res = run_writers(target, w, seconds)
+                            res = run_writers(target, w, seconds,
+                                              None if engine == "sqlite" else srv.data)
                         finally:
                             stores.drop(engine, target)
                         results[(engine, w)].append(res)
@@ -219,6 +254,10 @@ def run(args, report) -> None:
         for key, metric in (("p50_ms", "p50 per append"), ("p99_ms", "p99 per append")):
             report.add(NAME, case, metric, "ms", *(med(e, w, key) for e in ENGINES))
         report.add(NAME, case, "retries per run", "", *(med(e, w, "retries") for e in ENGINES))
+        report.add(NAME, case, "CPU per append: writer processes", "ms",
+                   *(med(e, w, "client_cpu_ms") for e in ENGINES))
+        report.add(NAME, case, "CPU per append: server", "ms",
+                   *(None if e == "sqlite" else med(e, w, "server_cpu_ms") for e in ENGINES))
         kinds = {e: dict(sum((Counter(x["error_kinds"]) for x in results[(e, w)]), Counter()))
                  for e in ENGINES}
         report.add(NAME, case, "errors (all rounds)", "",
