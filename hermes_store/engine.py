@@ -13,8 +13,9 @@ per unit through the ``hermes_begin`` execution option:
 Everything SQLite-specific about connections (pragmas, journal mode) lives here, and so
 does the one door past Core: ``driver_execute`` sends a compiled statement straight to
 the DBAPI connection (pysqlite, psycopg: ``uses_driver`` says for which dialects),
-keeping SQLAlchemy's cursor events and exception types. ``HeldConnections`` keeps one connection per thread
-checked out for a store's lifetime, so a call pays neither a pool checkout nor a reset.
+keeping SQLAlchemy's cursor events and exception types. ``HeldConnections`` keeps one
+connection per thread checked out for a store's lifetime, so a call pays neither a pool
+checkout nor a reset.
 """
 
 from __future__ import annotations
