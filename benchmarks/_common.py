@@ -3,7 +3,9 @@
 A benchmark module exposes ``NAME`` and ``run(args, report)``; ``report.add(...)``
 records one row: the same operation measured for *ours* (``hermes_store``), the raw
 ``sqlite3`` *floor* (same SQL, same triggers, same durability) and *upstream*
-(``hermes_state`` 0.19.0), with the ratios and the target it is judged against.
+(``hermes_state`` 0.19.0), with the ratios and the target it is judged against. A
+benchmark that compares other sides (the two engines) names its three columns with
+``report.sides`` (e.g. PostgreSQL, SQLite, none); the tables and the JSON use them.
 """
 
 from __future__ import annotations
@@ -195,11 +197,17 @@ class Row:
         return d
 
 
+#: what the three value columns hold, unless a benchmark says otherwise
+SIDES = ("ours", "raw floor", "upstream 0.19.0")
+
+
 class Report:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.rows: list[Row] = []
         self.notes: list[str] = []
+        #: labels of the ours / floor / upstream columns (None: the column is unused)
+        self.sides: tuple = SIDES
 
     def add(self, benchmark: str, case: str, metric: str, unit: str, ours, floor=None, upstream=None,
             *, target: str = "", met: bool | None = None, **extra) -> Row:
@@ -224,6 +232,7 @@ class Report:
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()},
             "rows": [r.as_dict() for r in self.rows],
             "notes": self.notes,
+            "sides": list(self.sides),
         }
         path = RESULTS / f"{name}-{stamp}.json"
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False))
@@ -260,7 +269,15 @@ def _ratios(r: "Row") -> list[str]:
 COLUMNS = ("benchmark", "case", "metric", "ours", "floor", "upstream", "÷floor", "÷upstream", "target", "met")
 
 
-def format_rows(rows: Sequence[Row], header: bool = True) -> str:
+def _columns(sides: Sequence | None) -> tuple:
+    if sides is None or tuple(sides) == SIDES:
+        return COLUMNS
+    a, b, c = (side or "-" for side in sides)
+    return ("benchmark", "case", "metric", a, b, c, f"{a}÷{b}", f"{a}÷{c}", "target", "met")
+
+
+def format_rows(rows: Sequence[Row], header: bool = True, sides: Sequence | None = None) -> str:
+    columns = _columns(sides)
     table = []
     for r in rows:
         table.append([
@@ -268,19 +285,19 @@ def format_rows(rows: Sequence[Row], header: bool = True) -> str:
             _fmt(r.ours), _fmt(r.floor), _fmt(r.upstream),
             *_ratios(r), r.target, _fmt(r.met),
         ])
-    widths = [max([len(c)] + [len(row[i]) for row in table]) for i, c in enumerate(COLUMNS)]
+    widths = [max([len(c)] + [len(row[i]) for row in table]) for i, c in enumerate(columns)]
     lines = []
     if header:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)))
+        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
         lines.append("  ".join("-" * w for w in widths))
     for row in table:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
     return "\n".join(lines)
 
 
-def format_markdown(rows: Sequence[Row]) -> str:
-    cols = ("case", "metric", "ours", "raw floor", "upstream 0.19.0", "ours ÷ floor",
-            "ours ÷ upstream", "target", "met")
+def format_markdown(rows: Sequence[Row], sides: Sequence | None = None) -> str:
+    a, b, c = (side or "-" for side in (sides or SIDES))
+    cols = ("case", "metric", a, b, c, f"{a} ÷ {b}", f"{a} ÷ {c}", "target", "met")
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         out.append("| " + " | ".join([
@@ -333,6 +350,6 @@ def main_for(module_name: str, description: str, run: Callable, argv=None) -> in
     run(args, report)
     path = report.write_json(module_name)
     print()
-    print(format_rows(report.rows))
+    print(format_rows(report.rows, sides=report.sides))
     print(f"\nJSON: {path}")
     return 0

@@ -27,7 +27,8 @@ from _common import RESULTS, Row, add_arguments, format_markdown, format_rows, m
 
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
-ORDER = ("size", "append", "batch", "search", "read", "coldstart", "export", "adoption")
+ORDER = ("size", "append", "batch", "search", "read", "coldstart", "export", "adoption",
+         "pg_writers", "pg_search")
 
 
 def main(argv=None) -> int:
@@ -74,8 +75,8 @@ def main(argv=None) -> int:
             continue
         rows = [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in data["rows"]]
         print(f"\n{name} ({data['seconds']:.0f} s)")
-        print(format_rows(rows))
-        md += [f"### {name}", "", format_markdown(rows), ""]
+        print(format_rows(rows, sides=data.get("sides")))
+        md += [f"### {name}", "", format_markdown(rows, sides=data.get("sides")), ""]
         for note in data.get("notes", []):
             md.append(f"* {note}")
     if args.markdown:

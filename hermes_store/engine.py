@@ -12,9 +12,10 @@ per unit through the ``hermes_begin`` execution option:
 
 Everything SQLite-specific about connections (pragmas, journal mode) lives here, and so
 does the one door past Core: ``driver_execute`` sends a compiled statement straight to
-the pysqlite connection (``uses_driver`` says for which dialects), keeping SQLAlchemy's
-cursor events and exception types. ``HeldConnections`` keeps one connection per thread
-checked out for a store's lifetime, so a call pays neither a pool checkout nor a reset.
+the DBAPI connection (pysqlite, psycopg: ``uses_driver`` says for which dialects),
+keeping SQLAlchemy's cursor events and exception types. ``HeldConnections`` keeps one
+connection per thread checked out for a store's lifetime, so a call pays neither a pool
+checkout nor a reset.
 """
 
 from __future__ import annotations
@@ -161,9 +162,11 @@ def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
     bookkeeping and event dispatch around them cost more than the statements. A Core
     statement run inside still works: SQLAlchemy begins its own transaction object, the
     begin hook sees that the driver is already in one and emits nothing, and the
-    transaction then ends through SQLAlchemy. Other dialects use ``conn.begin()``.
+    transaction then ends through SQLAlchemy. Other dialects use ``conn.begin()`` (their
+    statements may still take the driver door: the DBAPI connection is in SQLAlchemy's
+    transaction).
     """
-    if not uses_driver(conn.dialect):
+    if not driver_transactions(conn.dialect):
         with conn.begin():
             yield conn
         return
@@ -187,16 +190,35 @@ def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
 
 # --------------------------------------------------------------------------- the driver door
 
-#: (dialect name, driver) pairs whose statements may go straight to the DBAPI connection.
-#: pysqlite only: a compiled statement's positional parameters are what sqlite3 takes,
-#: and its errors are sqlite3's. Every other dialect (PostgreSQL) runs the same
-#: statements through Core; tests empty this set to exercise that path on SQLite.
-DRIVER_DIALECTS = frozenset({("sqlite", "pysqlite")})
+#: (dialect name, driver) pairs whose statements may go straight to the DBAPI connection:
+#: pysqlite (positional parameters) and psycopg (named ``%(name)s`` parameters, an
+#: INSERT's new key through RETURNING); ``repository.prebuilt`` compiles the SQL text
+#: for each. Any other dialect runs the same statements through Core; tests empty this
+#: set to exercise that path.
+DRIVER_DIALECTS = frozenset({("sqlite", "pysqlite"), ("postgresql", "psycopg")})
 
 
 def uses_driver(dialect) -> bool:
     """Whether ``driver_execute`` may be used on connections of this dialect."""
     return (dialect.name, dialect.driver) in DRIVER_DIALECTS
+
+
+def driver_transactions(dialect) -> bool:
+    """Whether BEGIN and COMMIT, too, go through the driver (pysqlite's ``BEGIN
+    IMMEDIATE``…); elsewhere SQLAlchemy's ``conn.begin()`` and the begin hook run them."""
+    return dialect.name == "sqlite" and uses_driver(dialect)
+
+
+def outside_transaction(conn: sa.Connection) -> None:
+    """Make the DBAPI connection of ``conn`` (not in a transaction) run the next driver
+    statement on its own: pysqlite already does (no implicit BEGIN); psycopg would
+    otherwise open a transaction, so it is switched to autocommit (an attribute, no
+    round trip; the begin hook switches it back for the next transaction)."""
+    if conn.dialect.name == "sqlite":
+        return
+    dbapi_conn = conn.connection.dbapi_connection
+    if not dbapi_conn.autocommit:
+        dbapi_conn.autocommit = True
 
 
 def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False):
@@ -206,12 +228,15 @@ def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = F
     costs well under one, and keeps what callers rely on: ``before_cursor_execute`` /
     ``after_cursor_execute`` listeners still see every statement, and a driver error is
     raised as SQLAlchemy's exception type (``OperationalError``…, ``.orig`` the sqlite3
-    error), so busy retries and ``translate_error`` work unchanged. The connection's
-    transaction is SQLAlchemy's: the caller runs this inside ``conn.begin()`` (or, for a
-    single statement, outside any transaction).
+    error), so busy retries and ``translate_error`` work unchanged; a connection the
+    driver reports broken is invalidated, as SQLAlchemy does, and the error says so
+    (``connection_invalidated``). The connection's transaction is SQLAlchemy's: the
+    caller runs this inside ``conn.begin()`` (or, for a single statement, after
+    ``outside_transaction``).
     """
     dbapi_conn = conn.connection.dbapi_connection
     dispatch = conn.dispatch
+    cursor = None
     try:
         if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
             cursor = dbapi_conn.cursor()
@@ -225,12 +250,20 @@ def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = F
                 fn(conn, cursor, sql, params, None, many)
             return cursor
         if many:
-            return dbapi_conn.executemany(sql, params)
+            cursor = dbapi_conn.cursor()
+            cursor.executemany(sql, params)
+            return cursor
         return dbapi_conn.execute(sql, params)
-    except sqlite3.Error as exc:
-        raise sa.exc.DBAPIError.instance(
-            sql, params, exc, sqlite3.Error, dialect=conn.dialect, ismulti=many
-        ) from exc
+    except conn.dialect.loaded_dbapi.Error as exc:  # sqlite3.Error, psycopg.Error
+        dialect = conn.dialect
+        lost = dialect.name != "sqlite" and dialect.is_disconnect(exc, dbapi_conn, cursor)
+        error = sa.exc.DBAPIError.instance(
+            sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect, ismulti=many,
+            connection_invalidated=lost,
+        )
+        if lost:
+            conn.invalidate(error)
+        raise error from exc
 
 
 # --------------------------------------------------------------------------- held connections
@@ -508,11 +541,12 @@ class WriteUnits:
         self._writers = connections(writer(engine))
         self._maintenance = autocommit(engine)
         self._sqlite = engine.dialect.name == "sqlite"
-        self._lock_unit = None
+        self._lock_unit = self._session_ended = None
         if engine.dialect.name == "postgresql":
             from . import postgres
 
             self._lock_unit = postgres.lock_unit
+            self._session_ended = postgres.session_ended
         self.policy = policy
         self.label = label
         self._lock = threading.RLock() if serialize else None
@@ -585,7 +619,7 @@ class WriteUnits:
     def _attempt(self, conn: sa.Connection, fn, concurrent: bool):
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""
         local = self._local
-        if uses_driver(conn.dialect):
+        if driver_transactions(conn.dialect):
             with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
                 local.conn, local.concurrent = conn, concurrent
                 try:
@@ -601,6 +635,12 @@ class WriteUnits:
                 result = fn(conn)
             finally:
                 local.conn = None
+            if self._session_ended is not None:
+                # a session the server ended while the unit was idle (a restart) never
+                # received COMMIT: re-run the unit rather than report an unknown outcome
+                ended = self._session_ended(conn)
+                if ended is not None:
+                    raise ended
         except BaseException:
             end_failed_transaction(conn)
             raise

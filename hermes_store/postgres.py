@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -275,9 +276,9 @@ def _begin_hook(read_only_store: bool):
 #: key of the transaction-level advisory lock of write units (the first 8 bytes of
 #: sha256("hermes_store.write_unit"), as a signed bigint); see :func:`lock_unit`
 UNIT_LOCK_KEY = -0x3A9B_5C0E_1D27_64F3
-_LOCK_EXCLUSIVE = sa.text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=UNIT_LOCK_KEY)
-_LOCK_SHARED = sa.text("SELECT pg_advisory_xact_lock_shared(:key)").bindparams(
-    key=UNIT_LOCK_KEY)
+# the key is part of the text: no parameter to bind, the same statement every time
+_LOCK_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({UNIT_LOCK_KEY})"
+_LOCK_SHARED = f"SELECT pg_advisory_xact_lock_shared({UNIT_LOCK_KEY})"
 
 
 def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
@@ -289,9 +290,53 @@ def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
     upsert that reads first) runs alone, exactly as every unit does on SQLite, while
     the hot units that only change rows through statements that lock them (appending
     messages) share it and run side by side. The lock queue is fair: a waiting
-    exclusive unit is not starved by a stream of shared ones.
+    exclusive unit is not starved by a stream of shared ones. Sent through the driver
+    door (``engine.driver_execute``): it is on every write unit's path.
     """
-    conn.execute(_LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED)
+    from .engine import driver_execute, uses_driver
+
+    statement = _LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED
+    if uses_driver(conn.dialect):
+        driver_execute(conn, statement, None)
+    else:
+        conn.exec_driver_sql(statement)
+
+
+def session_ended(conn: sa.Connection) -> sa.exc.DBAPIError | None:
+    """Whether the server has already ended the session of ``conn`` — sent its last
+    message (a FATAL such as 57P01 at a restart or ``pg_terminate_backend``) and closed
+    the socket — while the unit was idle between statements; asked just before COMMIT.
+
+    Such a transaction was rolled back before COMMIT was sent, so the unit may be re-run
+    like one whose connection broke mid-way: the error returned (``connection_invalidated``,
+    the connection invalidated so the pool drops it) says so. Without this check the
+    failure would first show at COMMIT and be reported as an unknown outcome. A session
+    ended after the check, while COMMIT is on its way, still is one. One ``select()`` on
+    the socket, no round trip; None when the server has said nothing.
+    """
+    import psycopg
+
+    pgconn = conn.connection.dbapi_connection.pgconn
+    try:
+        # idle in a transaction the server speaks first only to say goodbye (a FATAL,
+        # then the end of the stream) or with an asynchronous message, which libpq keeps;
+        # what is left readable once that is read is the end of the stream
+        for _ in range(3):
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+            if not readable:
+                return None  # the usual case: the server is waiting for us
+            pgconn.consume_input()  # raises at the end of the stream
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                break
+        else:
+            return None  # still talking: let COMMIT find out
+        why = pgconn.error_message.decode(errors="replace") or "connection bad"
+    except (OSError, ValueError, psycopg.Error) as exc:
+        why = str(exc)
+    orig = psycopg.OperationalError(
+        f"the server closed the connection before COMMIT was sent: {' '.join(str(why).split())}")
+    conn.invalidate()
+    return sa.exc.OperationalError("COMMIT", None, orig, connection_invalidated=True)
 
 
 def stamped_at_head(engine: Engine, head: str) -> bool:
@@ -511,6 +556,7 @@ __all__ = [
     "migration_lock",
     "pg_errors",
     "pool_settings",
+    "session_ended",
     "stamped_at_head",
     "translate_error",
     "vacuum",

@@ -431,6 +431,9 @@ class Fts5Search:
     name = "sqlite"
     #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
     falls_back_to_like = True
+    #: FTS5 hands matches over best first: the page is read in one pass (see
+    #: ``repository.search._ranked``)
+    page_first = False
     present_indexes = PRESENT_INDEXES
     present_indexes_values = PRESENT_INDEXES_VALUES
 

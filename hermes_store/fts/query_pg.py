@@ -303,6 +303,9 @@ class PgSearch:
     #: cannot answer in its place (nor is there an index to be damaged: the conditions
     #: are evaluated on the rows when an index is missing)
     falls_back_to_like = False
+    #: the matches are sorted by rank here: pick the page from (id, rank) first, read
+    #: its rows after (``repository.search._ranked``)
+    page_first = True
     present_indexes = _PRESENT
     present_indexes_values = {"a": WORD_INDEX, "b": TRIGRAM_INDEX}
 

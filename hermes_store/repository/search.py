@@ -172,6 +172,11 @@ def _filters(shape: _Shape) -> list[sa.ColumnElement]:
     return filters
 
 
+def _filters_sessions(shape: _Shape) -> bool:
+    """Whether ``_filters(shape)`` reads ``sessions`` (the source filters)."""
+    return shape.sources is not None or bool(shape.excluded)
+
+
 def _page(stmt, shape: _Shape):
     if shape.limited:
         stmt = stmt.limit(sa.bindparam("page_limit", type_=sa.Integer))
@@ -200,16 +205,39 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
     On SQLite, ORDER BY rank alone lets FTS5 hand rows over best first, so snippet()
     and the context run for the returned page only; any second key (the id) makes
     SQLite compute every match and sort them itself (``sql.best_first``).
+
+    Where the engine ranks by sorting the matches itself (``sql.page_first``:
+    PostgreSQL), the page is picked first from the matches' ids and ranks alone, and
+    the page's rows are joined to it afterwards: the sort then carries two numbers per
+    match instead of whole rows, and snippets and context are computed for the page
+    only, whatever the planner guesses about the number of matches.
     """
     rank = sql.rank(index, M, form)
-    return Prebuilt(_page(
-        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
-                  *_CONTEXT_COLUMNS, rank.label("rank"))
-        .select_from(_with_neighbours(_matches(sql, index)))
+    columns = (*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
+    if not sql.page_first:
+        return Prebuilt(_page(
+            sa.select(*columns, rank.label("rank"))
+            .select_from(_with_neighbours(_matches(sql, index)))
+            .where(sql.condition(index, M, form), *_filters(shape))
+            .order_by(*sql.best_first(index, M, form)),
+            shape,
+        ))
+    # sessions only when a filter reads them: joining every match to its session
+    # (a hash of the whole table) cost more than ranking the matches
+    source = _matches(sql, index) if _filters_sessions(shape) else sql.source(index, M)
+    page = _page(
+        sa.select(sql.row_id(index, M).label("page_id"), rank.label("page_rank"))
+        .select_from(source)
         .where(sql.condition(index, M, form), *_filters(shape))
         .order_by(*sql.best_first(index, M, form)),
         shape,
-    ))
+    ).subquery("page")
+    return Prebuilt(
+        sa.select(*columns, page.c.page_rank.label("rank"))
+        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
+                                      .join(S, S.c.id == M.c.session_id)))
+        .order_by(page.c.page_rank, page.c.page_id)
+    )
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)

@@ -298,6 +298,26 @@ def test_a_connection_lost_before_commit_reruns_the_whole_unit(pg_url, pg_server
         assert runs == 2 and db.get_meta("k") == "2"  # nothing of the first attempt stayed
 
 
+def test_a_session_the_server_ended_before_commit_reruns_the_unit(pg_url, pg_server):
+    # The server ends the session while the unit is idle between statements (what a
+    # restart does to every session): its goodbye is already in the socket when the
+    # unit would commit, so COMMIT was never sent and the unit is re-run, not reported
+    # as an unknown outcome.
+    with SessionDB(pg_url) as db:
+        runs = 0
+
+        def unit(conn):
+            nonlocal runs
+            runs += 1
+            conn.execute(sa.insert(META).values(key="k", value=str(runs)))
+            if runs == 1:  # returns once the backend is gone
+                pg_server.admin(f"SELECT pg_terminate_backend({_backend_pid(conn)}, 10000)")
+
+        db._write(unit)
+        assert runs == 2 and db.get_meta("k") == "2"
+        assert db._units.retries == 1
+
+
 def test_a_connection_lost_during_commit_is_an_unknown_outcome_never_retried(pg_url, pg_server):
     with SessionDB(pg_url) as db:
         runs = 0

@@ -1,8 +1,11 @@
-"""Helpers shared by the reliability tests: worker processes, fingerprints, and the
-independent checks (raw sqlite3) that a store file is whole.
+"""Helpers shared by the reliability tests: worker processes, fingerprints, the
+independent checks that a store is whole, and the fixtures that run a test on both
+engines (``backend``, ``store_target``; import them into the test module).
 
-The checks here read the file with the standard library's sqlite3 on purpose: a test
-that only asked the store about itself could not catch the store lying.
+The checks read the database without the store on purpose: a SQLite file with the
+standard library's sqlite3, a PostgreSQL database with plain SQL on a connection of its
+own (no hermes_store hook, codec or transaction mode). A test that only asked the store
+about itself could not catch the store lying.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "workers"
@@ -165,56 +170,147 @@ def fts_table_names(path: Path) -> list[str]:
         conn.close()
 
 
-def counter_mismatches(path: Path) -> list[str]:
+def is_server(target) -> bool:
+    """True for a PostgreSQL URL, False for a SQLite file's path."""
+    return "://" in str(target)
+
+
+def _server_rows(url: str, sql: str) -> list[tuple]:
+    """Rows of plain SQL on a connection of its own (NullPool: nothing stays open)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.exec_driver_sql(sql)]
+    finally:
+        engine.dispose()
+
+
+_COUNTERS_SQLITE = """
+    SELECT s.id, s.message_count, s.tool_call_count,
+           (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
+           (SELECT coalesce(sum(CASE WHEN json_type(m.tool_calls) = 'array'
+                                      THEN json_array_length(m.tool_calls)
+                                      ELSE 1 END), 0)
+              FROM messages m
+             WHERE m.session_id = s.id AND m.tool_calls IS NOT NULL AND m.role != 'tool')
+      FROM sessions s
+"""
+_COUNTERS_SERVER = """
+    SELECT s.id, s.message_count, s.tool_call_count,
+           (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
+           (SELECT coalesce(sum(CASE WHEN json_typeof(m.tool_calls::json) = 'array'
+                                      THEN json_array_length(m.tool_calls::json)
+                                      ELSE 1 END), 0)
+              FROM messages m
+             WHERE m.session_id = s.id AND m.tool_calls IS NOT NULL AND m.role <> 'tool')
+      FROM sessions s
+"""
+
+
+def counter_mismatches(target) -> list[str]:
     """Sessions whose message_count / tool_call_count disagree with their rows.
 
     tool_call_count is the number of tool calls the assistant rows carry (a JSON
     list counts its length, any other JSON value counts 1) — the workers only put
     tool calls on assistant rows.
     """
-    conn = raw_connect(path)
+    if is_server(target):
+        rows = _server_rows(str(target), _COUNTERS_SERVER)
+    else:
+        conn = raw_connect(target)
+        try:
+            rows = [tuple(r) for r in conn.execute(_COUNTERS_SQLITE)]
+        finally:
+            conn.close()
+    return [
+        f"{sid}: message_count={messages} (rows {real_messages}), "
+        f"tool_call_count={calls} (real {real_calls})"
+        for sid, messages, calls, real_messages, real_calls in rows
+        if (messages, calls) != (real_messages, real_calls)
+    ]
+
+
+_TOKENS = """
+    SELECT s.id, s.input_tokens, s.output_tokens, s.api_call_count,
+           (SELECT coalesce(sum(u.input_tokens), 0) FROM session_model_usage u
+             WHERE u.session_id = s.id),
+           (SELECT coalesce(sum(u.output_tokens), 0) FROM session_model_usage u
+             WHERE u.session_id = s.id),
+           (SELECT coalesce(sum(u.api_call_count), 0) FROM session_model_usage u
+             WHERE u.session_id = s.id)
+      FROM sessions s
+"""
+
+
+def token_mismatches(target) -> list[str]:
+    """Sessions whose token totals disagree with the per-model usage rows that the same
+    units wrote (for stores whose every token came through incremental
+    ``update_token_counts``): a half-applied unit would show here."""
+    if is_server(target):
+        rows = _server_rows(str(target), _TOKENS)
+    else:
+        conn = raw_connect(target)
+        try:
+            rows = [tuple(r) for r in conn.execute(_TOKENS)]
+        finally:
+            conn.close()
+    return [f"{r[0]}: sessions (input, output, calls) = {r[1:4]}, per-model usage {r[4:7]}"
+            for r in rows if tuple(r[1:4]) != tuple(r[4:7])]
+
+
+def session_tokens(target) -> dict[str, int]:
+    """session id -> input_tokens."""
+    sql = "SELECT id, input_tokens FROM sessions"
+    if is_server(target):
+        return dict(_server_rows(str(target), sql))
+    conn = raw_connect(target)
     try:
-        rows = conn.execute(
-            """
-            SELECT s.id, s.message_count, s.tool_call_count,
-                   (SELECT count(*) FROM messages m WHERE m.session_id = s.id) AS real_messages,
-                   (SELECT coalesce(sum(CASE WHEN json_type(m.tool_calls) = 'array'
-                                              THEN json_array_length(m.tool_calls)
-                                              ELSE 1 END), 0)
-                      FROM messages m
-                     WHERE m.session_id = s.id AND m.tool_calls IS NOT NULL
-                       AND m.role != 'tool') AS real_tool_calls
-              FROM sessions s
-            """
-        ).fetchall()
+        return {r[0]: r[1] for r in conn.execute(sql)}
     finally:
         conn.close()
-    bad = []
-    for r in rows:
-        if (r["message_count"], r["tool_call_count"]) != (r["real_messages"], r["real_tool_calls"]):
-            bad.append(
-                f"{r['id']}: message_count={r['message_count']} (rows {r['real_messages']}), "
-                f"tool_call_count={r['tool_call_count']} (real {r['real_tool_calls']})"
-            )
-    return bad
 
 
-def message_ids(path: Path) -> dict[int, tuple[str, str]]:
+def message_ids(target) -> dict[int, tuple[str, str]]:
     """id -> (session_id, content) for every message row."""
-    conn = raw_connect(path)
+    sql = "SELECT id, session_id, content FROM messages"
+    if is_server(target):
+        return {r[0]: (r[1], r[2]) for r in _server_rows(str(target), sql)}
+    conn = raw_connect(target)
     try:
-        return {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, session_id, content FROM messages")}
+        return {r[0]: (r[1], r[2]) for r in conn.execute(sql)}
     finally:
         conn.close()
 
 
-def assert_store_whole(path: Path) -> None:
-    """The file passes SQLite's and the FTS index's integrity checks and every
-    session's counters equal its rows."""
-    assert sqlite_integrity(path) == [], f"PRAGMA integrity_check failed on {path}"
-    problems = fts_problems(path)
-    assert problems == [], f"FTS integrity-check failed on {path}: {problems}"
-    bad = counter_mismatches(path)
+def server_fts_problems(url: str) -> list[str]:
+    """PostgreSQL: the FTS layout's own check (indexes valid, triggers present, every
+    row's trigram scope in step with its session), on a plain connection."""
+    import sqlalchemy as sa
+
+    from hermes_store.fts.postgres import integrity_check
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return list(integrity_check(conn))
+    finally:
+        engine.dispose()
+
+
+def assert_store_whole(target) -> None:
+    """A SQLite file passes SQLite's and the FTS index's integrity checks; a PostgreSQL
+    database passes its FTS layout's check; and every session's counters equal its rows."""
+    if is_server(target):
+        problems = server_fts_problems(str(target))
+        assert problems == [], f"FTS check failed on {target}: {problems}"
+    else:
+        path = target
+        assert sqlite_integrity(path) == [], f"PRAGMA integrity_check failed on {path}"
+        problems = fts_problems(path)
+        assert problems == [], f"FTS integrity-check failed on {path}: {problems}"
+    bad = counter_mismatches(target)
     assert bad == [], f"counters disagree with rows: {bad}"
 
 
@@ -259,3 +355,21 @@ def fresh_store_file(path: Path) -> Path:
     shutil.copyfile(_TEMPLATE[0], path)
     path.chmod(0o600)
     return path
+
+
+# --------------------------------------------------------------------------- both engines
+
+@pytest.fixture
+def backend(request) -> str:
+    """The engine under test: "sqlite" or "postgresql" (parametrized by tests/conftest.py's
+    ``pytest_generate_tests`` for every test that asks for it)."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def store_target(request, backend, tmp_path):
+    """An empty store at head on the engine under test: a SQLite file's path, or the
+    URL of a fresh database on the suite's throwaway PostgreSQL server."""
+    if backend == "sqlite":
+        return fresh_store_file(tmp_path / "state.db")
+    return request.getfixturevalue("pg_url")

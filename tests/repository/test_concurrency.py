@@ -226,18 +226,19 @@ def test_concurrent_appenders_lose_and_double_nothing(db_target):
                       for m in db.get_messages(s)) == sorted(ids)
 
 
-def test_two_processes_claiming_one_title_at_once_one_wins(db_target):
+@pytest.mark.parametrize("claimers", [2, 3])
+def test_processes_claiming_one_title_at_once_one_wins(db_target, claimers):
     # Each process owns a session and, released together, claims the same title; on
-    # either engine exactly one claim succeeds and the other gets upstream's title error.
+    # either engine exactly one claim succeeds and every other gets upstream's title error.
     rounds = 5
     with SessionDB(db_target) as db:
-        for n in range(2):
+        for n in range(claimers):
             db.create_session(f"claimer-{n}", "cli")
-    go = [SPAWN.Barrier(2) for _ in range(rounds)]
+    go = [SPAWN.Barrier(claimers) for _ in range(rounds)]
     results = SPAWN.Queue()
     workers = [SPAWN.Process(target=repo_workers.claim_titles,
                              args=(str(db_target), f"claimer-{n}", rounds, go, results))
-               for n in range(2)]
+               for n in range(claimers)]
     for w in workers:
         w.start()
     outcomes = [results.get(timeout=120) for _ in workers]
@@ -250,6 +251,8 @@ def test_two_processes_claiming_one_title_at_once_one_wins(db_target):
         won = [owner for owner, results in by_owner.items() if results[r] == "won"]
         lost = [results[r] for owner, results in by_owner.items() if results[r] != "won"]
         assert len(won) == 1, (title, by_owner)
-        assert lost == [f"Title '{title}' is already in use by session {won[0]}"]
+        assert lost == [f"Title '{title}' is already in use by session {won[0]}"] * (claimers - 1)
     with SessionDB(db_target) as db:  # the last round's winner holds its title
         assert db.get_session_by_title(f"Deploy {rounds - 1}")["id"] == won[0]
+        others = [f"claimer-{n}" for n in range(claimers) if f"claimer-{n}" != won[0]]
+        assert all(db.get_session(sid)["title"] != f"Deploy {rounds - 1}" for sid in others)

@@ -87,6 +87,10 @@ def test_like_nocase_folds_ascii_letters_only_as_sqlite_does(db):
     # beyond ASCII, case counts (SQLite's LIKE; PostgreSQL's ILIKE would fold it)
     assert _ids(db, like_nocase(S.c.title, "é%")) == ["e"]
     assert _ids(db, like_nocase(S.c.title, "É%")) == ["d"]
+    # ASCII letters beside others: the letters fold, the rest must match exactly
+    # (PostgreSQL: ILIKE lets both through, the ASCII-only fold keeps one)
+    assert _ids(db, like_nocase(S.c.title, "éCRIT")) == ["e"]
+    assert _ids(db, like_nocase(S.c.title, "%CRIT")) == ["d", "e"]
     assert _ids(db, like_nocase(S.c.title, "100/%%", escape="/")) == ["f"]
     assert _ids(db, ascii_lower(S.c.title) == "deploy plan") == ["a", "b", "c"]
     assert _ids(db, ascii_lower(S.c.title) == "écrit") == ["e"]

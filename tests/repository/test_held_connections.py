@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, StoreClosedError, engine, schema
 from hermes_store.repository.prebuilt import Prebuilt
-from repo_helpers import copy_head, backend, db, db_path, db_target  # noqa: F401
+from repo_helpers import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
 
 
 def _open_descriptors(path: Path) -> int:
@@ -128,39 +128,47 @@ def _exercise(db) -> list:
     ]
 
 
-def test_the_core_fallback_answers_as_the_driver_path_does(tmp_path, monkeypatch):
+def test_the_core_fallback_answers_as_the_driver_path_does(db_target, other_target, monkeypatch):
     seen: list = []
 
     def record(conn, cursor, statement, parameters, context, executemany):
         seen.append(context)
 
-    with SessionDB(copy_head(tmp_path / "driver.db")) as store:
+    with SessionDB(db_target) as store:
         sa.event.listen(store.engine, "before_cursor_execute", record)
         expected = _exercise(store)
     assert any(context is None for context in seen)  # statements went through the driver
 
-    # PostgreSQL's path: every statement through Core on the same doors
+    # a dialect without the door: every statement through Core on the same doors
     monkeypatch.setattr(engine, "DRIVER_DIALECTS", frozenset())
     seen.clear()
-    with SessionDB(copy_head(tmp_path / "core.db")) as store:
+    with SessionDB(other_target) as store:
         sa.event.listen(store.engine, "before_cursor_execute", record)
         assert _exercise(store) == expected
     assert seen and all(context is not None for context in seen)
 
 
-@pytest.mark.sqlite_only("the driver path's compiled form exists for pysqlite only")
 def test_prebuilt_statements_carry_numbers_in_their_sql_and_bind_text(db):
+    # the driver path's compiled form: pysqlite's ``?`` or psycopg's ``%(name)s``
     m = schema.messages
     statement = Prebuilt(sa.select(m.c.id).where(
         m.c.session_id == sa.bindparam("sid", type_=sa.Text), m.c.active == 1,
         sa.func.coalesce(m.c.display_kind, "") != "hidden",
         m.c.timestamp > 1.5))
-    sql, slots = statement._form(db.engine.dialect)
-    assert "messages.active = 1" in sql and "messages.timestamp > 1.5" in sql
-    assert [key for key, _, literal in slots if key is not None] == ["sid"]
-    assert sorted(literal for key, _, literal in slots if key is None) == ["", "hidden"]
+    form = statement._form(db.engine.dialect)
+    assert "messages.active = 1" in form.sql and "messages.timestamp > 1.5" in form.sql
+    assert [key for _, key, _, _ in form.slots if key is not None] == ["sid"]
+    assert sorted(literal for _, key, _, literal in form.slots if key is None) == ["", "hidden"]
+    assert form.named == (db.engine.dialect.name == "postgresql")
     with db._read() as conn:
         assert statement.rows(conn, {"sid": "nobody"}) == []
+
+
+def test_an_insert_through_the_driver_returns_its_new_id(db):
+    db.create_session("s", "cli")
+    first = db.append_message("s", "user", "one")
+    assert db.append_message("s", "user", "two") == first + 1
+    assert [m["id"] for m in db.get_messages("s")] == [first, first + 1]
 
 
 def test_a_failed_commit_leaves_the_held_writer_usable(db):

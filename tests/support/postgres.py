@@ -111,15 +111,30 @@ _WATCHDOG = textwrap.dedent("""
 """)
 
 
-class PostgresServer:
-    """One private PostgreSQL server in a temporary directory (see module docstring)."""
+#: the test server's settings: durability off, the data is thrown away
+THROWAWAY_SETTINGS = {
+    "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+    "max_connections": "200", "shared_buffers": "32MB",
+}
 
-    def __init__(self, bindir: Path) -> None:
+
+class PostgresServer:
+    """One private PostgreSQL server in a temporary directory (see module docstring).
+
+    ``settings`` replaces ``THROWAWAY_SETTINGS`` (the benchmarks run a durable server);
+    ``tcp_port`` makes it listen on 127.0.0.1 at that port as well, and ``url()`` name
+    it there (a server reached over TCP, as a deployment's is)."""
+
+    def __init__(self, bindir: Path, *, settings: dict[str, str] | None = None,
+                 tcp_port: int | None = None) -> None:
         self.bindir = bindir
         self.base = Path(tempfile.mkdtemp(prefix="hermes-pg-"))  # short: socket paths are limited
         self.data = self.base / "data"
         self.log = self.base / "server.log"
-        self.port = 5432  # only names the socket file: the directory is ours alone
+        # the socket file's name (the directory is ours alone), or the TCP port
+        self.port = tcp_port or 5432
+        self.tcp = tcp_port is not None
+        self.settings = dict(THROWAWAY_SETTINGS if settings is None else settings)
         self.run_as = SUPERUSER if os.geteuid() == 0 else None
         self._watchdog: subprocess.Popen | None = None
         self._names = itertools.count(1)
@@ -158,24 +173,48 @@ class PostgresServer:
         except RuntimeError:
             shutil.rmtree(self.data, ignore_errors=True)
             self._run(*initdb, "--locale=C")
-        options = " ".join([
-            "-c listen_addresses=''",
+        self._pg_ctl("start")
+        self.running = True
+
+    def _options(self) -> str:
+        listen = "127.0.0.1" if self.tcp else ""
+        return " ".join([
+            f"-c listen_addresses='{listen}'",
             f"-c unix_socket_directories='{self.base}'",
             f"-p {self.port}",
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-            "-c max_connections=200 -c shared_buffers=32MB",
+            *(f"-c {name}={value}" for name, value in self.settings.items()),
         ])
-        self._run(str(self.bindir / "pg_ctl"), "start", "-D", str(self.data), "-w",
-                  "-t", "60", "-l", str(self.log), "-o", options)
-        self.running = True
+
+    def _pg_ctl(self, action: str, mode: str | None = None) -> None:
+        args = [str(self.bindir / "pg_ctl"), action, "-D", str(self.data), "-w", "-t", "60"]
+        if mode is not None:
+            args += ["-m", mode]
+        if action != "stop":
+            args += ["-l", str(self.log), "-o", self._options()]
+        self._run(*args)
+
+    # ------------------------------------------------------------------ faults
+
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart``: ``fast`` ends every session (SQLSTATE 57P01) and shuts
+        down cleanly, ``immediate`` kills the server's processes (crash recovery at
+        start). Returns once the server accepts connections again."""
+        self._pg_ctl("restart", mode)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server (its directory stays) until :meth:`resume`."""
+        self._pg_ctl("stop", mode)
+
+    def resume(self) -> None:
+        self._pg_ctl("start")
 
     def stop(self) -> None:
         """Stop the server and remove its directory (idempotent)."""
         if self.running:
             self.running = False
             try:
-                self._run(str(self.bindir / "pg_ctl"), "stop", "-D", str(self.data),
-                          "-m", "immediate", "-w")
+                if (self.data / "postmaster.pid").exists():  # not left halted by a test
+                    self._pg_ctl("stop", "immediate")
             except RuntimeError as exc:  # the watchdog still tries
                 print(f"warning: stopping the test PostgreSQL failed: {exc}", file=sys.stderr)
         if self._watchdog is not None:
@@ -187,6 +226,8 @@ class PostgresServer:
     # ------------------------------------------------------------------ databases
 
     def url(self, database: str = "postgres", *, driver: str = "psycopg") -> str:
+        if self.tcp:
+            return f"postgresql+{driver}://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
         return (f"postgresql+{driver}://{SUPERUSER}@/{database}"
                 f"?host={self.base}&port={self.port}")
 

@@ -2,7 +2,7 @@
 
     crash_zygote.py DB SESSION
 
-Reads "run SEED" lines on stdin. For each it forks a child that opens its own
+DB is a SQLite file's path or a PostgreSQL URL. Reads "run SEED" lines on stdin. For each it forks a child that opens its own
 SessionDB and appends until killed, printing {"run", "id", "marker"} after each
 append_message returned (flushed); the zygote prints {"child": pid, "run": SEED} and,
 once the child is gone, {"reaped": pid, "signal": n, "exit": n}. The parent test
@@ -43,6 +43,9 @@ def main() -> None:
     path, session = sys.argv[1], sys.argv[2]
     import hermes_store.store  # noqa: F401 - warm the imports the children will use
     import hermes_store.migrate  # noqa: F401
+    if "://" in path:
+        import psycopg  # noqa: F401
+        import hermes_store.postgres  # noqa: F401
 
     say(zygote="ready")
     for line in sys.stdin:

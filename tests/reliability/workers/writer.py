@@ -2,9 +2,11 @@
 
     writer.py DB WRITER_ID COUNT SHARED_SESSION [BUSY_TIMEOUT ATTEMPTS JITTER_MAX]
 
-Alternates between its own session (`w<ID>`) and the shared one; assistant rows
-carry 0-3 tool calls. After each append returns it prints
-{"id", "session", "marker", "tools"}; at the end {"done", "retries", "elapsed", "writes"}.
+DB is a SQLite file's path or a PostgreSQL URL. Alternates between its own session
+(`w<ID>`) and the shared one; assistant rows carry 0-3 tool calls, and every fourth
+step also accounts an API call's tokens on that session (`update_token_counts`).
+After each append returns it prints {"id", "session", "marker", "tools"}, after each
+accounted call {"usage", "input"}; at the end {"done", "retries", "elapsed", "writes"}.
 Any exception propagates: a non-zero exit code is an error that reached the caller.
 """
 
@@ -40,6 +42,11 @@ def main() -> None:
             tools = 0
             msg_id = db.append_message(session, role="user", content=marker)
         say(id=msg_id, session=session, marker=marker, tools=tools)
+        if i % 4 == 3:
+            tokens = 10 + writer_id
+            db.update_token_counts(session, input_tokens=tokens, output_tokens=3,
+                                   api_call_count=1, model="m-load")
+            say(usage=session, input=tokens)
     elapsed = time.perf_counter() - start
     say(done=True, retries=write_units_of(db).retries, elapsed=elapsed, writes=count)
     db.close()

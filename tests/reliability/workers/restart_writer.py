@@ -1,0 +1,58 @@
+"""A writer that keeps going while its PostgreSQL server restarts.
+
+    restart_writer.py URL WRITER_ID SHARED_SESSION
+
+Opens one SessionDB (never reopened) and loops until its stdin is closed: appends to
+its own session (`r<ID>`) and the shared one in turn, accounts tokens every third step
+and reads its own transcript every third step. Each call's outcome is one JSON line:
+{"op", "ok", "session", "marker"} (for an append, "ok" is the new id) or
+{"op", "error", "message", "session", "marker"} when the package raised one of its own
+errors (HermesStoreError); the loop goes on after either. Any other exception ends the
+process with a traceback (exit 1): an error the package did not translate. At the end:
+{"done", "retries", "steps"}.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from _common import open_store, say, write_units_of
+
+from hermes_store.errors import HermesStoreError
+
+
+def main() -> None:
+    url, writer_id, shared = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    db = open_store(url)
+    own = f"r{writer_id}"
+    db.create_session(own, source="cli")
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    step = 0
+    while not stop.is_set():
+        session = own if step % 2 == 0 else shared
+        marker = f"restartmark r{writer_id}x{step}"
+        calls = [("append", lambda: db.append_message(session, role="user", content=marker))]
+        if step % 3 == 2:
+            calls.append(("usage", lambda: db.update_token_counts(
+                session, input_tokens=5, output_tokens=1, api_call_count=1, model="m-load")))
+        if step % 3 == 1:
+            calls.append(("read", lambda: len(db.get_messages(own, limit=5))))
+        for op, call in calls:
+            try:
+                result = call()
+            except HermesStoreError as exc:
+                say(op=op, error=type(exc).__name__, message=str(exc), session=session,
+                    marker=marker, at=time.time())
+                time.sleep(0.02)  # the server is away: do not spin
+            else:
+                say(op=op, ok=result, session=session, marker=marker, at=time.time())
+        step += 1
+    say(done=True, retries=write_units_of(db).retries, steps=step)
+    db.close()
+
+
+if __name__ == "__main__":
+    main()
