@@ -1,10 +1,10 @@
 """Make ``fixtures/upstream-0.19.0-v22-telegram-topics.db``: the 0.19.0 fixture after a
 user opted into Telegram DM topic mode in upstream Hermes 0.19.0 itself.
 
-    python3 tests/data/make_telegram_topics_fixture.py [UPSTREAM_DIR]
+    python3 tests/data/make_telegram_topics_fixture.py UPSTREAM_DIR
 
-UPSTREAM_DIR holds hermes-agent 0.19.0's ``hermes_state.py`` (default
-``/work/upstream/pkg``). Upstream runs in a child process with a scratch
+UPSTREAM_DIR holds hermes-agent 0.19.0's ``hermes_state.py`` (an unpacked wheel, e.g.
+``benchmarks/results/cache/hermes-agent-0.19.0``). Upstream runs in a child process with a scratch
 ``$HERMES_HOME``; it opens a copy of ``upstream-0.19.0-v22.db`` and calls only its own
 public API: three Telegram sessions of user 7, ``enable_telegram_topic_mode`` for chat
 100 (user 7) and chat 200 (user 8), topic bindings, and ``disable_telegram_topic_mode``
@@ -54,7 +54,9 @@ db.close()
 
 
 def main() -> None:
-    upstream = sys.argv[1] if len(sys.argv) > 1 else "/work/upstream/pkg"
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} UNPACKED_HERMES_AGENT_0_19_0_DIR")
+    upstream = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "state.db"
         shutil.copyfile(SOURCE, work)

@@ -2,13 +2,13 @@
 
 Never vendored: the unpacked package is looked for in ``$HERMES_UPSTREAM_DIR``, then
 ``$HERMES_BENCH_UPSTREAM_DIR`` (the benchmarks' variable), then the benchmarks' cache
-(``benchmarks/results/cache/hermes-agent-0.19.0``, filled by any benchmark run), then
-``/work/upstream/pkg``. When none holds ``hermes_state.py`` it is fetched the way the
-benchmarks fetch it (``pip download hermes-agent==0.19.0`` into that cache, under a file
-lock so parallel workers fetch once), so these tests run on a fresh CI machine too. A
-machine without network access fails them with the reason, unless
-``HERMES_SKIP_UPSTREAM_TESTS=1`` says to skip them. ``hermes_state`` reads ``$HERMES_HOME`` while importing, so it is
-imported with ``HERMES_HOME`` pointed at a scratch folder.
+(``benchmarks/results/cache/hermes-agent-0.19.0``, filled by any benchmark run). When
+none holds ``hermes_state.py`` it is fetched the way the benchmarks fetch it (``pip
+download hermes-agent==0.19.0`` into that cache, under a file lock so parallel workers
+fetch once), so these tests run on a fresh CI machine too. A machine without network
+access fails them with the reason, unless ``HERMES_SKIP_UPSTREAM_TESTS=1`` says to skip
+them. ``hermes_state`` reads ``$HERMES_HOME`` while importing, so it is imported with
+``HERMES_HOME`` pointed at a scratch folder.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ def candidates() -> list[Path]:
     found = [os.environ.get(name) for name in ("HERMES_UPSTREAM_DIR", "HERMES_BENCH_UPSTREAM_DIR")]
     return [Path(p) for p in found if p] + [
         _ROOT / "benchmarks" / "results" / "cache" / f"hermes-agent-{VERSION}",
-        Path("/work/upstream/pkg"),
     ]
 
 
