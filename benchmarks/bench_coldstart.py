@@ -10,7 +10,9 @@ session and closes it (what every ``hermes`` CLI run, cron job and subprocess pa
               interpreter's own start plus SQLite.
 
 Also ours through the CLI: ``hermes-store --db PATH sessions show ID --json``
-(``python -m hermes_store``), which adds Typer and Rich.
+(``python -m hermes_store``), which adds Typer and Rich; and, for reference, a process
+that only runs ``import sqlalchemy``: what any SQLAlchemy-based store pays before its
+own first line (the floor of this package's design, compared with upstream's whole run).
 
 Each figure is the wall time of the whole child process, measured by the parent; the
 sides run in turn (who goes first rotates) with the same interpreter and environment,
@@ -58,6 +60,10 @@ db.close()
 assert row is not None
 """
 
+SQLALCHEMY_ONLY = """
+import sqlalchemy
+"""
+
 FLOOR = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1])
@@ -96,6 +102,7 @@ def run(args, report) -> None:
     sides = {
         "ours": [py, "-c", OURS, str(ours_path), SESSION],
         "floor": [py, "-c", FLOOR, str(floor_path), SESSION],
+        "sqlalchemy": [py, "-c", SQLALCHEMY_ONLY],
         "cli": [py, "-m", "hermes_store", "--db", str(ours_path), "sessions", "show", SESSION,
                 "--json"],
     }
@@ -123,6 +130,8 @@ def run(args, report) -> None:
                met=None if u is None else o <= TARGET * u, summaries=res)
     report.add(NAME, "the same through the CLI (sessions show --json)", "process wall p50", "ms",
                g("cli"), g("floor"), u)
+    report.add(NAME, "reference: a process that only imports sqlalchemy", "process wall p50",
+               "ms", g("sqlalchemy"), g("floor"), u)
     for p in work.glob("*"):
         p.unlink()
 

@@ -46,7 +46,10 @@ __all__ = [
 def __getattr__(name: str):
     # Imported lazily so `import hermes_store` (and Alembic's env.py) stays light.
     if name == "SessionDB":
-        from .store import SessionDB
+        from .startup import collector_paused
+
+        with collector_paused():
+            from .store import SessionDB
 
         return SessionDB
     raise AttributeError(f"module 'hermes_store' has no attribute {name!r}")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
+from ..startup import collector_paused, skip_final_collection
 
-from . import db, maintenance, recover, search, sessions
-from .common import HermesGroup, JsonOption, State, out, state
-from .output import human_bytes
+with collector_paused():  # the commands' imports: see hermes_store.startup
+    import typer
+
+    from . import db, maintenance, recover, search, sessions
+    from .common import HermesGroup, JsonOption, State, out, state
+    from .output import human_bytes
 
 EPILOG = (
     "Exit codes: 0 ok, 1 problems found, 2 usage or invalid input, 3 not found, "
@@ -98,4 +101,7 @@ recover.register(app)
 
 def main() -> None:
     """Console-script entry point."""
-    app(prog_name="hermes-store")
+    try:
+        app(prog_name="hermes-store")
+    finally:  # the command has finished (its store closed, its output written)
+        skip_final_collection()

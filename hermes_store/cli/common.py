@@ -119,7 +119,7 @@ def open_store(target: "Target", *, write: bool = False) -> Iterator:
     and upgrades an older file first (decision D5) and creates a missing one (a
     missing PostgreSQL database is an error: the server's administrator creates it).
     """
-    from ..store import SessionDB
+    from .. import SessionDB
 
     if not write and target.is_sqlite:
         require_file(target.path)

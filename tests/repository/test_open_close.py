@@ -245,3 +245,37 @@ def test_a_head_stamp_with_a_newer_schema_version_is_refused_not_opened(db_path)
     conn.close()
     with pytest.raises(SchemaTooNewError):
         SessionDB(db_path)
+
+
+_COLLECTOR_AFTER_IMPORT = """
+import gc, sys
+if sys.argv[1] == "off":
+    gc.disable()
+from hermes_store import SessionDB
+print(gc.isenabled(), gc.get_freeze_count())
+"""
+
+
+@pytest.mark.parametrize("host_setting", ["on", "off"])
+def test_importing_the_store_leaves_the_host_collector_as_it_was(host_setting):
+    # the cyclic collector is paused only while the store's modules load
+    # (hermes_store.startup); nothing is frozen in a host's process
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _COLLECTOR_AFTER_IMPORT, host_setting],
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert out == [str(host_setting == "on"), "0"]
+
+
+def test_the_collector_is_restored_when_the_paused_block_raises():
+    import gc
+
+    from hermes_store.startup import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(ImportError):
+        with collector_paused():
+            assert not gc.isenabled()
+            raise ImportError("a module failed to load")
+    assert gc.isenabled()
