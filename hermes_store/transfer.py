@@ -60,6 +60,10 @@ EXPORT_PAGE = 500
 IMPORT_BATCH = 2000
 #: rows per executemany on import
 _INSERT_CHUNK = 500
+#: an upstream-format file of at most this many messages is read and checked once, its
+#: checked rows kept from the validation pass for the writes (~20 MB); a bigger one is
+#: read twice, so an import's memory stays flat whatever the file's size
+KEEP_CHECKED_MESSAGES = 10_000
 
 
 class ImportFileError(HermesStoreError, ValueError):
@@ -514,6 +518,8 @@ class _Entry:
     where: str  # "<path>:<line>" or "<path>: entry <n>", for error messages
     index: int
     raw: Any
+    #: its rows, when the validation pass kept them (``KEEP_CHECKED_MESSAGES``)
+    checked: Any = None
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -658,8 +664,12 @@ def _native_session(record: dict, where: int) -> _Session:
 _MAX_LISTED_ERRORS = 20
 
 
-def _validate(events: Iterable[_Session | _Message | _Entry], path: Path) -> int:
-    """Check every record before anything is written; returns the number of messages.
+def _validate(events: Iterable[_Session | _Message | _Entry],
+              path: Path) -> tuple[int, list[_Entry] | None]:
+    """Check every record before anything is written. Returns the number of messages
+    and, for a file of upstream-format entries only with at most
+    ``KEEP_CHECKED_MESSAGES`` messages, its entries with their checked rows (the
+    writes then need not read the file again); ``None`` otherwise.
 
     Upstream-format entries are checked by ``import_sessions``' own rules
     (``ImportChecker``) without its caps: the import streams and commits in batches.
@@ -669,6 +679,7 @@ def _validate(events: Iterable[_Session | _Message | _Entry], path: Path) -> int
     n_messages = 0
     checker = ImportChecker(NO_LIMITS)
     entry_errors: list[str] = []
+    kept: list[_Entry] | None = []
     for event in events:
         if isinstance(event, _Entry):
             result = checker.check(event.index, event.raw)
@@ -677,7 +688,12 @@ def _validate(events: Iterable[_Session | _Message | _Entry], path: Path) -> int
                 entry_errors.append(f"{event.where}: {sid}{result['error']}")
             else:
                 n_messages += len(result.messages)
+                if kept is not None and n_messages <= KEEP_CHECKED_MESSAGES:
+                    kept.append(_Entry(event.where, event.index, None, checked=result))
+                else:
+                    kept = None
             continue
+        kept = None
         where = f"{path}:{event.line}"
         if isinstance(event, _Session):
             sid = event.row.get("id")
@@ -719,7 +735,7 @@ def _validate(events: Iterable[_Session | _Message | _Entry], path: Path) -> int
             f"{len(entry_errors)} session(s) of {path} cannot be imported; nothing was "
             "written:\n" + "\n".join(listed) + (f"\n… and {more} more" if more else "")
         )
-    return n_messages
+    return n_messages, kept
 
 
 def import_file(
@@ -739,12 +755,13 @@ def import_file(
     if not path.is_file():
         raise ImportFileError(f"{path} does not exist or is not a file")
     fmt = _detect(path)
-    total_messages = _validate(_events(path, fmt), path)
+    total_messages, checked = _validate(_events(path, fmt), path)
 
     report = ImportReport(format=fmt)
     opened = _Opened(db, read_only=False)
     try:
-        _Importer(opened.engine, report, batch_size, progress, total_messages).run(_events(path, fmt))
+        events = iter(checked) if checked is not None else _events(path, fmt)
+        _Importer(opened.engine, report, batch_size, progress, total_messages).run(events)
     finally:
         opened.close()
     return report
@@ -850,7 +867,7 @@ class _Importer:
                     if self.lock_unit is not None:
                         self.lock_unit(conn, exclusive=True)
                 if isinstance(event, _Entry):
-                    prepared = self.entries.check(event.index, event.raw)
+                    prepared = event.checked or self.entries.check(event.index, event.raw)
                     self.current = prepared.session_id
                     if self.sessions.add_prepared(conn, prepared):
                         in_batch += len(prepared.messages)

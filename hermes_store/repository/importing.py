@@ -226,6 +226,25 @@ class ImportChecker:
             return import_error(index, sid, "messages exceeds the per-session import limit")
         if any(not isinstance(m, dict) for m in messages):
             return import_error(index, sid, "messages must contain only objects")
+        if limits.session_bytes is not None or limits.total_bytes is not None:
+            error = self._size_error(index, sid, raw)
+            if error is not None:
+                return error
+        try:
+            prepared = _prepare(index, sid, raw, messages)
+        except ValueError as exc:
+            return import_error(index, sid, str(exc))
+        self.total_messages += len(prepared.messages)
+        if self._over(self.total_messages, limits.total_messages):
+            return import_error(index, sid, "messages exceeds the total import limit")
+        self.seen.add(sid)
+        return prepared
+
+    def _size_error(self, index: int, sid: str, raw: dict) -> dict[str, Any] | None:
+        """Upstream's byte caps, on the entry's JSON text. Without caps (a file import,
+        whose entries were parsed from JSON) the text is not built at all: the fields
+        that are stored are encoded, and refused if unstorable, by ``_prepare``."""
+        limits = self.limits
         try:
             text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError):
@@ -237,15 +256,7 @@ class ImportChecker:
         self.total_bytes += size
         if self._over(self.total_bytes, limits.total_bytes):
             return import_error(index, sid, "import exceeds the total size limit")
-        try:
-            prepared = _prepare(index, sid, raw, messages)
-        except ValueError as exc:
-            return import_error(index, sid, str(exc))
-        self.total_messages += len(prepared.messages)
-        if self._over(self.total_messages, limits.total_messages):
-            return import_error(index, sid, "messages exceeds the total import limit")
-        self.seen.add(sid)
-        return prepared
+        return None
 
 
 def _prepare(index: int, sid: str, raw: dict, messages: list[dict]) -> PreparedSession:

@@ -132,3 +132,39 @@ def test_one_writer_serves_every_import_path(monkeypatch, store, empty_store, he
     transfer.import_file(empty_store, native_file)
     assert written[:2] == ["from_api", "from_file"]
     assert len(written) == 2 + counts.sessions
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_a_small_file_is_read_once_a_big_one_twice_with_the_same_rows(
+        monkeypatch, empty_store, head_templates, tmp_path, fmt):
+    # a file within KEEP_CHECKED_MESSAGES is written from the validation pass's rows;
+    # a bigger one is read again: both must store exactly the same thing
+    path = tmp_path / f"upstream.{fmt}"
+    text = (json.dumps(PAYLOAD) if fmt == "json"
+            else "".join(json.dumps(e) + "\n" for e in PAYLOAD))
+    path.write_text(text)
+    reads: list[str] = []
+    original = transfer._events
+
+    def counting(p, f):
+        reads.append(f)
+        return original(p, f)
+
+    monkeypatch.setattr(transfer, "_events", counting)
+    once = transfer.import_file(empty_store, path)
+    assert len(reads) == 1
+
+    twice_store = copy_db(head_templates["empty"], tmp_path / "twice.db")
+    monkeypatch.setattr(transfer, "KEEP_CHECKED_MESSAGES", 2)  # PAYLOAD has 4 messages
+    twice = transfer.import_file(twice_store, path)
+    assert len(reads) == 3
+    assert once == twice and once.messages_added == 4
+    assert _dump(empty_store) == _dump(twice_store)
+
+
+def test_a_bad_entry_after_kept_ones_writes_nothing(empty_store, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [*PAYLOAD, {"id": ""}]))
+    with pytest.raises(transfer.ImportFileError, match="nothing was written"):
+        transfer.import_file(empty_store, path)
+    assert rows(empty_store, "sessions", "id") == []
