@@ -293,6 +293,10 @@ def substring_snippet(texts, terms) -> str:
     return texts[0][:LIKE_SNIPPET_CHARS] if texts else ""
 
 
+#: SQLSTATEs of a statement naming what does not exist: undefined column, function, table
+_LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
+
+
 class PgSearch:
     """How a full-text route is written on PostgreSQL (the interface of
     ``query.Fts5Search``): the indexes live on ``messages`` itself, so a route's
@@ -308,6 +312,17 @@ class PgSearch:
     page_first = True
     present_indexes = _PRESENT
     present_indexes_values = {"a": WORD_INDEX, "b": TRIGRAM_INDEX}
+    #: "both present" is kept per connection (``repository.search._present_indexes``):
+    #: without an index the conditions are evaluated on the rows, same results; without
+    #: the layer's columns or functions the statement fails (``search_layer_missing``)
+    keeps_present_indexes = True
+
+    def search_layer_missing(self, exc: BaseException) -> bool:
+        """A search statement failed on a missing column, function or relation: the
+        full-text layer (``fts.postgres.drop_fts``) is gone."""
+        from ..postgres import sqlstate_of
+
+        return sqlstate_of(exc) in _LAYER_MISSING
 
     def prepare(self, index: str, expression: str):
         if index == FTS_TABLE:

@@ -38,7 +38,7 @@ from .. import schema
 from ..fts import query as fq
 from ..errors import DatabaseDamagedError
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
-from .base import RepositoryBase
+from .base import LazyReads, RepositoryBase
 from .dialect import like_nocase
 from .messages import content_preview, decode_content
 from .prebuilt import Prebuilt
@@ -301,8 +301,39 @@ def _like_page(shape: _Shape, terms: int) -> Prebuilt:
 
 
 @functools.lru_cache(maxsize=None)
-def _present_indexes(sql: fq.Fts5Search) -> Prebuilt:
+def _present_indexes_query(sql: fq.Fts5Search) -> Prebuilt:
     return Prebuilt(sql.present_indexes)
+
+
+#: key of the present indexes kept with a server connection (``Connection.info``)
+_KNOWN_INDEXES = "hermes_store.search.present_indexes"
+
+
+def _present_indexes(reads: LazyReads, sql: fq.Fts5Search, use_known: bool
+                     ) -> tuple[list[str], bool]:
+    """The full-text indexes search may use, and whether the answer was one kept from
+    an earlier search on this connection.
+
+    Where the engine allows it (``sql.keeps_present_indexes``: PostgreSQL) the answer
+    "both present" is kept with the server connection (``Connection.info``, dropped
+    with the connection), saving a round trip per search. It cannot mislead: without an
+    index the same conditions are evaluated on the rows (same results, slower), and
+    without the full-text columns or functions the statement fails, which
+    ``search_messages`` answers by looking again. Any other answer is never kept.
+    """
+    info = reads.conn.info if sql.keeps_present_indexes else None
+    if info is not None and use_known:
+        known = info.get(_KNOWN_INDEXES)
+        if known is not None:
+            return known, True
+    present = [name for (name,) in reads.rows(_present_indexes_query(sql),
+                                               sql.present_indexes_values, data=False)]
+    if info is not None:
+        if set(present) == {FTS_TABLE, TRIGRAM_TABLE}:
+            info[_KNOWN_INDEXES] = present
+        else:
+            info.pop(_KNOWN_INDEXES, None)
+    return present, False
 
 
 class SearchMixin(RepositoryBase):
@@ -346,64 +377,79 @@ class SearchMixin(RepositoryBase):
         sanitized = fq.sanitize_fts5_query(query)
         shape, values = _shape_and_values(source_filter, exclude_sources, role_filter,
                                           include_inactive, limit, offset)
-        index_failed = False
+        sort = _normalized_sort(sort)
+        answer: dict = {}
+
+        def search(reads: LazyReads, *, known_indexes: bool = True) -> list[dict]:
+            answer.clear()
+            sql = fq.search_sql(reads.conn.dialect)
+            present, answer["known"] = _present_indexes(reads, sql, known_indexes)
+            plan = fq.plan_search(sanitized, present)
+            if plan is None:
+                return []
+            if sort is not None or plan.route == fq.ROUTE_LIKE:
+                reads.need_snapshot()  # a page of ids, then the page's rows
+            rows, answer["index_failed"] = self._run_plan(reads, sql, plan, shape, values, sort)
+            answer["results"] = [_with_context(row) for row in rows]
+            return answer["results"]
+
         try:
-            with self._read() as conn:
-                sql = fq.search_sql(conn.dialect)
-                present = _present_indexes(sql).rows(conn, sql.present_indexes_values)
-                plan = fq.plan_search(sanitized, [name for (name,) in present])
-                if plan is None:
-                    return []
-                rows, index_failed = self._run_plan(conn, sql, plan, shape, values,
-                                                    _normalized_sort(sort))
-                results = [_with_context(row) for row in rows]
+            try:
+                return self._read_lazily(search)
+            except sa.exc.DBAPIError as exc:
+                sql = fq.search_sql(self._require_open().dialect)
+                if not (answer.get("known") and sql.search_layer_missing(exc)):
+                    raise
+                # the full-text layer went away since this connection last looked: look
+                # again (and route accordingly)
+                return self._read_lazily(functools.partial(search, known_indexes=False))
         except DatabaseDamagedError:
             # FTS5 keeps the error of a failed rank-ordered MATCH and reports it once more
             # when the read snapshot commits; the fallback has already read the answer.
-            if not index_failed:
+            if not answer.get("index_failed"):
                 raise
-        return results
+            return answer["results"]
 
     # ------------------------------------------------------------------ routes
 
-    def _run_plan(self, conn, sql: fq.Fts5Search, plan: fq.SearchPlan, shape: _Shape,
-                  values: dict, sort) -> tuple[list, bool]:
+    def _run_plan(self, reads: LazyReads, sql: fq.Fts5Search, plan: fq.SearchPlan,
+                  shape: _Shape, values: dict, sort) -> tuple[list, bool]:
         """The page of rows, and whether a full-text index failed (LIKE answered)."""
         if plan.route == fq.ROUTE_LIKE:
-            return self._like_search(conn, plan.like_terms, shape, values), False
+            return self._like_search(reads, plan.like_terms, shape, values), False
         index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
-            rows = _match_search(conn, sql, index, plan.match, shape, values, sort)
+            rows = _match_search(reads, sql, index, plan.match, shape, values, sort)
             if rows or plan.retry_trigram is None:
                 return rows, False
             if shape.offset:
                 first = replace(shape, limited=True, offset=False)
-                if _match_search(conn, sql, index, plan.match, first,
+                if _match_search(reads, sql, index, plan.match, first,
                                  {**values, "page_limit": 1}, sort):
                     return rows, False  # past the last page, not "nothing found"
-            return _match_search(conn, sql, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
+            return _match_search(reads, sql, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
                                  sort), False
         except sa.exc.DatabaseError as exc:
             if not sql.falls_back_to_like:
                 raise
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "
                         "LIKE scan instead", index, getattr(exc, "orig", exc), plan.match)
-            rows = self._like_search(conn, plan.fallback_like_terms, shape, values)
+            rows = self._like_search(reads, plan.fallback_like_terms, shape, values)
             return rows, True
 
-    def _like_search(self, conn, terms: Iterable[str], shape: _Shape, values: dict):
+    def _like_search(self, reads: LazyReads, terms: Iterable[str], shape: _Shape, values: dict):
         terms = [t for t in terms if t]
         if not terms:
             return []
-        page = [row[0] for row in _like_page(shape, len(terms)).rows(conn, {
+        page = [row[0] for row in reads.rows(_like_page(shape, len(terms)), {
             **values, **_numbered("term", [like_containing(t) for t in terms]),
             "scan_rows": max(0, int(self.short_query_scan_rows)),
         })]
         if not page:
             return []
         details = _like_details(len(page))
-        rows = _in_page_order(page, _dicts(details, details.rows(
-            conn, _numbered("page_id", page))))
+        rows = _in_page_order(page, _dicts(details, reads.rows(
+            details, _numbered("page_id", page))))
         # the snippet shows the column that matched, tool name and tool calls included
         for row in rows:
             row["snippet"] = fq.like_snippet(
@@ -416,7 +462,7 @@ def _dicts(statement: Prebuilt, rows) -> list[dict]:
     return [dict(zip(keys, row)) for row in rows]
 
 
-def _match_search(conn, sql: fq.Fts5Search, index: str, expression: str, shape: _Shape,
+def _match_search(reads: LazyReads, sql: fq.Fts5Search, index: str, expression: str, shape: _Shape,
                   values: dict, sort):
     prepared = sql.prepare(index, expression)
     if prepared is None:
@@ -425,15 +471,15 @@ def _match_search(conn, sql: fq.Fts5Search, index: str, expression: str, shape: 
     values = {**values, **bound}
     if sort is None:
         ranked = _ranked(sql, index, form, shape)
-        rows = _with_snippets(sql, expression, _dicts(ranked, ranked.rows(conn, values)))
+        rows = _with_snippets(sql, expression, _dicts(ranked, reads.rows(ranked, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))
-    page = [row[0] for row in _ids_by_time(sql, index, form, sort, shape).rows(conn, values)]
+    page = [row[0] for row in reads.rows(_ids_by_time(sql, index, form, sort, shape), values)]
     if not page:
         return []
     details = _match_details(sql, index, form, len(page))
-    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, details.rows(
-        conn, {**bound, **_numbered("page_id", page)}))))
+    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, reads.rows(
+        details, {**bound, **_numbered("page_id", page)}))))
 
 
 def _with_snippets(sql: fq.Fts5Search, expression: str, rows: list[dict]) -> list[dict]:

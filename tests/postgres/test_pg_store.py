@@ -246,6 +246,56 @@ def test_each_door_runs_in_its_transaction_mode(pg_url):
     assert lock[1:] == upsert[1:] == (False, IsolationLevel.READ_COMMITTED, False)
 
 
+def test_a_search_takes_a_snapshot_only_when_it_reads_more_than_one_statement(pg_url):
+    from psycopg import IsolationLevel
+
+    seen: list = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        dbapi = conn.connection.dbapi_connection
+        what = ("catalog" if "pg_class" in statement
+                else "ids" if statement.split()[1:3] == ["messages.id", "FROM"] else "rows")
+        seen.append((what, "autocommit" if dbapi.autocommit else dbapi.isolation_level))
+
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "docker compose")
+        db.append_message("s", "user", "修改youer服务端配置")
+        sa.event.listen(db.engine, "before_cursor_execute", record)
+        assert len(db.search_messages("docker")) == 1
+        assert seen == [("catalog", "autocommit"), ("rows", "autocommit")]
+        seen.clear()
+        assert len(db.search_messages("docker")) == 1  # the catalog's answer was kept
+        assert seen == [("rows", "autocommit")]
+        seen.clear()
+        assert len(db.search_messages("docker", sort="newest")) == 1  # ids, then rows
+        assert seen == [("ids", IsolationLevel.REPEATABLE_READ),
+                        ("rows", IsolationLevel.REPEATABLE_READ)]
+        seen.clear()
+        # no word matches: the trigram index is tried, in one snapshot with the first try
+        assert len(db.search_messages("youer")) == 1
+        assert [mode for _, mode in seen] == ["autocommit"] + [
+            IsolationLevel.REPEATABLE_READ] * 2
+        assert db.engine.pool.checkedout() == 0
+
+
+def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_url):
+    from hermes_store.fts import postgres as fts_postgres
+
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        wanted = db.append_message("s", "user", "docker compose")
+        assert ">>>docker<<<" in db.search_messages("docker")[0]["snippet"]  # answer kept
+        with SessionDB(pg_url) as other:  # another process takes the layer away
+            other._write(fts_postgres.drop_fts)
+        found = db.search_messages("docker")  # the bounded LIKE scan answers
+        assert [h["id"] for h in found] == [wanted] and ">>>" not in found[0]["snippet"]
+        with SessionDB(pg_url) as other:
+            other._write(fts_postgres.create_fts)
+        # "missing" was never kept: the word index answers again at once
+        assert ">>>docker<<<" in db.search_messages("docker")[0]["snippet"]
+
+
 # --------------------------------------------------------------------------- the unit lock
 
 

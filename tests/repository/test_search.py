@@ -189,6 +189,39 @@ def test_sort_oldest_and_unknown(db, corpus):
     assert ids(db.search_messages("docker", sort="sideways")) == ids(db.search_messages("docker"))
 
 
+def _write_between_statements(db, write):
+    """Run ``write`` (on another store) just before the search's second SELECT of
+    messages: between a page of ids and the page's rows."""
+    selects = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().startswith("SELECT messages"):
+            selects.append(statement)
+            if len(selects) == 2:
+                write()
+
+    sa.event.listen(db.engine, "before_cursor_execute", before)
+    return selects
+
+
+@pytest.mark.parametrize("query, sort", [("docker", "newest"), ("记忆", None)])
+def test_a_search_of_several_statements_reads_one_snapshot(db, query, sort):
+    # a time-ordered page (and the short-CJK scan) reads ids first, then their rows: a
+    # change committed in between must not show in the rows
+    db.create_session("s", "cli")
+    first = db.append_message("s", "user", "docker 记忆 first", timestamp=1.0)
+    hit = db.append_message("s", "user", "docker 记忆 second", timestamp=2.0)
+    with reopen(db) as other:
+        selects = _write_between_statements(db, lambda: write_behind(
+            other, "UPDATE messages SET content = :text WHERE id = :id",
+            text="changed meanwhile", id=hit))
+        found = db.search_messages(query, sort=sort)
+    assert len(selects) == 2  # the write really ran between the two statements
+    assert ids(found) == [hit, first]
+    assert found[0]["context"][1]["content"] == "docker 记忆 second"
+    assert db.search_messages(query, sort=sort)[0]["context"][1]["content"] == "changed meanwhile"
+
+
 def test_paging(db, corpus):
     every = ids(db.search_messages("docker", sort="newest"))
     assert ids(db.search_messages("docker", sort="newest", limit=2)) == every[:2]
