@@ -190,6 +190,40 @@ def test_a_store_holds_no_connection_between_calls(pg_url):
         assert db.engine.pool.checkedout() == 0
 
 
+def _pooled_backend(db) -> int:
+    """The server process of the connection the pool hands out next."""
+    with db.engine.connect() as conn:
+        return conn.connection.dbapi_connection.info.backend_pid
+
+
+def test_a_connection_the_server_ended_is_replaced_at_checkout_without_a_round_trip(
+        pg_url, pg_server, monkeypatch):
+    from hermes_store import postgres
+
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", 3600.0)  # no ping: the socket tells
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        before = _pooled_backend(db)
+        pg_server.admin(f"SELECT pg_terminate_backend({before}, 10000)")
+        assert db.get_session("s")["source"] == "cli"  # no error reached the caller
+        assert db.search_messages("nothing here") == []
+        assert _pooled_backend(db) != before
+
+
+@pytest.mark.parametrize("idle_seconds, pinged", [(0.0, True), (3600.0, False)])
+def test_only_a_connection_idle_in_the_pool_is_pinged(pg_url, pg_server, monkeypatch,
+                                                      idle_seconds, pinged):
+    from hermes_store import postgres
+
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", idle_seconds)
+    with SessionDB(pg_url) as db:
+        assert db.get_session("s") is None  # the connection is now back in the pool
+        with db.engine.connect() as conn:  # checked out again: pinged or not
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            (last,), = pg_server.admin(f"SELECT query FROM pg_stat_activity WHERE pid = {pid}")
+    assert (last == "SELECT 1") is pinged
+
+
 def test_pool_sizes_come_from_the_url_or_the_arguments(pg_url):
     with SessionDB(f"{pg_url}&pool_size=2&max_overflow=1") as db:
         assert (db.engine.pool.size(), db.engine.pool._max_overflow) == (2, 1)
