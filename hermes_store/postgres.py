@@ -102,9 +102,13 @@ def _codec_adapters():
         return NulSafe
 
     def loader(base):
+        # called once per text value read: one Python frame (psycopg's own TextLoader
+        # is Python too; calling it through super() cost a second one)
         class NulSafe(base):
             def load(self, data):
-                text = super().load(data)
+                if not self._encoding:  # SQL_ASCII: bytes (check_server refuses it)
+                    return super().load(data)
+                text = str(data, self._encoding)
                 return decode_text(text) if _ESCAPE in text else text
 
         NulSafe.__name__ = f"NulSafe{base.__name__}"
