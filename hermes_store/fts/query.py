@@ -440,6 +440,9 @@ class Fts5Search:
     #: search: not here, where a missing FTS5 table must send the search to the LIKE
     #: scan (and asking costs microseconds)
     keeps_present_indexes = False
+    #: whether a best-first page's LIMIT is written into the statement
+    #: (``repository.search._page_size``); here it is bound
+    page_size_in_sql = False
 
     def search_layer_missing(self, exc: BaseException) -> bool:
         """Whether a search statement failed because the full-text layer is gone

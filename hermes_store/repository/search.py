@@ -177,8 +177,12 @@ def _filters_sessions(shape: _Shape) -> bool:
     return shape.sources is not None or bool(shape.excluded)
 
 
-def _page(stmt, shape: _Shape):
-    if shape.limited:
+def _page(stmt, shape: _Shape, page_size: int | None = None):
+    """LIMIT and OFFSET of a page: bound (``:page_limit``), or ``page_size`` written
+    into the statement (see ``_ranked``)."""
+    if page_size is not None:
+        stmt = stmt.limit(page_size)
+    elif shape.limited:
         stmt = stmt.limit(sa.bindparam("page_limit", type_=sa.Integer))
     if shape.offset:
         stmt = stmt.offset(sa.bindparam("page_offset", type_=sa.Integer))
@@ -199,7 +203,8 @@ _SHAPES_CACHED = 512
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
+def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
+            page_size: int | None = None) -> Prebuilt:
     """A page of matches best first, snippet and context included.
 
     On SQLite, ORDER BY rank alone lets FTS5 hand rows over best first, so snippet()
@@ -211,6 +216,9 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
     the page's rows are joined to it afterwards: the sort then carries two numbers per
     match instead of whole rows, and snippets and context are computed for the page
     only, whatever the planner guesses about the number of matches.
+
+    ``page_size`` (``sql.page_size_in_sql``: PostgreSQL) is the LIMIT written into the
+    statement rather than bound: see ``_page_size``.
     """
     rank = sql.rank(index, M, form)
     columns = (*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
@@ -230,7 +238,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
         .select_from(source)
         .where(sql.condition(index, M, form), *_filters(shape))
         .order_by(*sql.best_first(index, M, form)),
-        shape,
+        shape, page_size,
     ).subquery("page")
     return Prebuilt(
         sa.select(*columns, page.c.page_rank.label("rank"))
@@ -238,6 +246,21 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
                                       .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_rank, page.c.page_id)
     )
+
+
+def _page_size(sql: fq.Fts5Search, shape: _Shape, values: dict) -> int | None:
+    """The page size to write into a best-first statement, or None to bind it.
+
+    PostgreSQL plans a LIMIT it cannot see as a tenth of the matches, so a prepared
+    statement's generic plan looked dearer than the plan made for each search, and
+    every search was planned anew (~0.5 ms). Written in, the generic plan is kept
+    (``query_pg._once`` hides the query text from the planner for the same reason);
+    there is one statement per page size (callers use a handful). Pages with an
+    offset keep it bound, to leave paging one statement.
+    """
+    if not (sql.page_size_in_sql and shape.limited and not shape.offset):
+        return None
+    return values["page_limit"]
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
@@ -470,7 +493,7 @@ def _match_search(reads: LazyReads, sql: fq.Fts5Search, index: str, expression: 
     form, bound = prepared
     values = {**values, **bound}
     if sort is None:
-        ranked = _ranked(sql, index, form, shape)
+        ranked = _ranked(sql, index, form, shape, _page_size(sql, shape, values))
         rows = _with_snippets(sql, expression, _dicts(ranked, reads.rows(ranked, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))

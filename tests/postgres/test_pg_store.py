@@ -313,6 +313,45 @@ def test_a_search_takes_a_snapshot_only_when_it_reads_more_than_one_statement(pg
         assert db.engine.pool.checkedout() == 0
 
 
+@pytest.mark.parametrize("frequent, rare", [("alpha", "zulu"), ("记忆断裂", "服务端配置")])
+def test_searches_keep_one_generic_plan_instead_of_planning_each_time(pg_url, frequent, rare):
+    # The planner sees neither the query text nor an unknown page size: the plan of a
+    # frequent term and of a rare one cost the same, so PostgreSQL keeps the prepared
+    # statement's generic plan rather than planning every search (~0.5-1 ms each).
+    sent = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "page_id" in statement:
+            sent.append((statement, parameters))
+
+    with SessionDB(pg_url, pool_size=1, max_overflow=0) as db:  # one server session
+        db.create_session("s", "cli")
+        db.append_messages("s", [{"role": "user", "content": f"alpha 记忆断裂 words {i}"}
+                                 for i in range(300)])
+        db.append_message("s", "user", "zulu 服务端配置 once")
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE messages")
+            conn.commit()
+        sa.event.listen(db.engine, "before_cursor_execute", record)
+        for _ in range(6):
+            for query in (frequent, rare):
+                assert db.search_messages(query, limit=5)
+        sa.event.remove(db.engine, "before_cursor_execute", record)
+        with db.engine.connect() as conn:
+            (generic, custom), = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE strpos(statement, 'page_id') > 0").all()
+            costs = {conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params)
+                     .scalar()[0]["Plan"]["Total Cost"] for statement, params in sent[:2]}
+    assert len({statement for statement, _ in sent}) == 1  # one statement for both
+    # a LIMIT the planner cannot see is planned as a tenth of the matches, which made
+    # the generic plan look dearer than the custom ones
+    assert "LIMIT 5)" in sent[0][0] and "page_limit" not in sent[0][1]
+    assert len(costs) == 1  # the same estimate whatever the query
+    # psycopg prepares it at the 6th run; PostgreSQL plans 5 times, then keeps one plan
+    assert (custom, generic) == (5, 12 - 5 - 5)
+
+
 def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_url):
     from hermes_store.fts import postgres as fts_postgres
 
