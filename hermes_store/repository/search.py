@@ -249,7 +249,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
 
 
 def _page_size(sql: fq.Fts5Search, shape: _Shape, values: dict) -> int | None:
-    """The page size to write into a best-first statement, or None to bind it.
+    """The page size to write into a full-text page statement, or None to bind it.
 
     PostgreSQL plans a LIMIT it cannot see as a tenth of the matches, so a prepared
     statement's generic plan looked dearer than the plan made for each search, and
@@ -274,6 +274,34 @@ def _ids_by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape)
         .order_by(when, sql.rank(index, M, form), M.c.id),
         shape,
     ))
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape,
+             page_size: int | None = None) -> Prebuilt:
+    """``_ids_by_time`` and ``_match_details`` as one statement, where the engine picks
+    a page before reading its rows anyway (``sql.page_first``: PostgreSQL): the page
+    of (id, time, rank) is a subquery, its rows are joined to it. One statement is one
+    snapshot, so the search needs no transaction (``_read_lazily``)."""
+    rank = sql.rank(index, M, form)
+    newest = sort == "newest"
+    source = _matches(sql, index) if _filters_sessions(shape) else sql.source(index, M)
+    page = _page(
+        sa.select(M.c.id.label("page_id"), M.c.timestamp.label("page_time"),
+                  rank.label("page_rank"))
+        .select_from(source)
+        .where(sql.condition(index, M, form), *_filters(shape))
+        .order_by(M.c.timestamp.desc() if newest else M.c.timestamp.asc(), rank, M.c.id),
+        shape, page_size,
+    ).subquery("page")
+    return Prebuilt(
+        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
+                  *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
+                                      .join(S, S.c.id == M.c.session_id)))
+        .order_by(page.c.page_time.desc() if newest else page.c.page_time.asc(),
+                  page.c.page_rank, page.c.page_id)
+    )
 
 
 def _page_ids(count: int) -> list[sa.BindParameter]:
@@ -302,10 +330,10 @@ def _like_details(count: int) -> Prebuilt:
     )
 
 
-@functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _like_page(shape: _Shape, terms: int) -> Prebuilt:
-    """Ids of the newest messages (within ``:scan_rows`` of the newest id) holding any
-    of ``terms`` substrings (``:term_0``… as LIKE patterns), newest first."""
+def _like_matches(shape: _Shape, terms: int, *columns) -> sa.Select:
+    """``columns`` of the newest messages (within ``:scan_rows`` of the newest id)
+    holding any of ``terms`` substrings (``:term_0``… as LIKE patterns), newest first,
+    one page."""
     newest_id = sa.select(sa.func.max(M.c.id)).scalar_subquery()
     # ids only grow (AUTOINCREMENT), so this is a bounded range scan of the key
     in_window = M.c.id > newest_id - sa.bindparam("scan_rows", type_=sa.Integer)
@@ -315,12 +343,32 @@ def _like_page(shape: _Shape, terms: int) -> Prebuilt:
                  for column in (M.c.content, M.c.tool_name, M.c.tool_calls)))
         for pattern in _params("term", terms)
     ))
-    # time order needs a sort of every row found: ids first, details for the page
-    return Prebuilt(_page(
-        sa.select(M.c.id).select_from(M.join(S, S.c.id == M.c.session_id))
+    return _page(
+        sa.select(*columns).select_from(M.join(S, S.c.id == M.c.session_id))
         .where(in_window, any_term, *_filters(shape))
         .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
-    ))
+    )
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_page(shape: _Shape, terms: int) -> Prebuilt:
+    """Ids of the LIKE route's page (``_like_matches``): time order needs a sort of
+    every row found, so ids first, details for the page (``_like_details``)."""
+    return Prebuilt(_like_matches(shape, terms, M.c.id))
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_rows(shape: _Shape, terms: int) -> Prebuilt:
+    """``_like_page`` and ``_like_details`` as one statement (``sql.page_first``, as
+    ``_by_time``)."""
+    page = _like_matches(shape, terms, M.c.id.label("page_id"),
+                         M.c.timestamp.label("page_time")).subquery("page")
+    return Prebuilt(
+        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
+                                      .join(S, S.c.id == M.c.session_id)))
+        .order_by(page.c.page_time.desc(), page.c.page_id.desc())
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -410,7 +458,7 @@ class SearchMixin(RepositoryBase):
             plan = fq.plan_search(sanitized, present)
             if plan is None:
                 return []
-            if sort is not None or plan.route == fq.ROUTE_LIKE:
+            if not sql.page_first and (sort is not None or plan.route == fq.ROUTE_LIKE):
                 reads.need_snapshot()  # a page of ids, then the page's rows
             rows, answer["index_failed"] = self._run_plan(reads, sql, plan, shape, values, sort)
             answer["results"] = [_with_context(row) for row in rows]
@@ -439,7 +487,7 @@ class SearchMixin(RepositoryBase):
                   shape: _Shape, values: dict, sort) -> tuple[list, bool]:
         """The page of rows, and whether a full-text index failed (LIKE answered)."""
         if plan.route == fq.ROUTE_LIKE:
-            return self._like_search(reads, plan.like_terms, shape, values), False
+            return self._like_search(reads, sql, plan.like_terms, shape, values), False
         index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
             rows = _match_search(reads, sql, index, plan.match, shape, values, sort)
@@ -457,22 +505,26 @@ class SearchMixin(RepositoryBase):
                 raise
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "
                         "LIKE scan instead", index, getattr(exc, "orig", exc), plan.match)
-            rows = self._like_search(reads, plan.fallback_like_terms, shape, values)
+            rows = self._like_search(reads, sql, plan.fallback_like_terms, shape, values)
             return rows, True
 
-    def _like_search(self, reads: LazyReads, terms: Iterable[str], shape: _Shape, values: dict):
+    def _like_search(self, reads: LazyReads, sql: fq.Fts5Search, terms: Iterable[str],
+                     shape: _Shape, values: dict):
         terms = [t for t in terms if t]
         if not terms:
             return []
-        page = [row[0] for row in reads.rows(_like_page(shape, len(terms)), {
-            **values, **_numbered("term", [like_containing(t) for t in terms]),
-            "scan_rows": max(0, int(self.short_query_scan_rows)),
-        })]
-        if not page:
-            return []
-        details = _like_details(len(page))
-        rows = _in_page_order(page, _dicts(details, reads.rows(
-            details, _numbered("page_id", page))))
+        values = {**values, **_numbered("term", [like_containing(t) for t in terms]),
+                  "scan_rows": max(0, int(self.short_query_scan_rows))}
+        if sql.page_first:
+            rows = _dicts(_like_rows(shape, len(terms)), reads.rows(
+                _like_rows(shape, len(terms)), values))
+        else:
+            page = [row[0] for row in reads.rows(_like_page(shape, len(terms)), values)]
+            if not page:
+                return []
+            details = _like_details(len(page))
+            rows = _in_page_order(page, _dicts(details, reads.rows(
+                details, _numbered("page_id", page))))
         # the snippet shows the column that matched, tool name and tool calls included
         for row in rows:
             row["snippet"] = fq.like_snippet(
@@ -497,6 +549,9 @@ def _match_search(reads: LazyReads, sql: fq.Fts5Search, index: str, expression: 
         rows = _with_snippets(sql, expression, _dicts(ranked, reads.rows(ranked, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))
+    if sql.page_first:
+        timed = _by_time(sql, index, form, sort, shape, _page_size(sql, shape, values))
+        return _with_snippets(sql, expression, _dicts(timed, reads.rows(timed, values)))
     page = [row[0] for row in reads.rows(_ids_by_time(sql, index, form, sort, shape), values)]
     if not page:
         return []
