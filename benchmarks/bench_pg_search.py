@@ -7,8 +7,11 @@ is a copy of the cached head store (``_stores``), the PostgreSQL side a database
 private server with deployment settings (``_pg``), filled with the same generated rows
 (same ids). Before timing, each query is checked to find the same messages on both
 engines (``limit=-1``: the whole result; ranking may differ, membership may not).
-Each side then runs each query ``ITERATIONS`` times per round, sides interleaved,
-order rotating; p50/p95 are the median over rounds of each round's percentile.
+Each side then runs each query ``WARMUP`` times untimed (the steady state of a
+long-lived process: psycopg prepares a statement at its 6th run, and PostgreSQL
+settles on a plan for it after 5 more) and ``ITERATIONS`` times per round, sides
+interleaved, order rotating; p50/p95 are the median over rounds of each round's
+percentile.
 
 ``work`` is clock-free: on SQLite the VM instructions of our recorded SQL (thousands,
 as in bench_search.py); on PostgreSQL the shared buffers (8 kB pages) our recorded
@@ -36,6 +39,7 @@ from bench_search import QUERIES, WorkCounter  # noqa: E402
 
 NAME = "pg_search"
 ITERATIONS = 5
+WARMUP = 12
 TARGET_SIZE = 100_000
 TARGET_RATIO = 2.0
 SHORT_CJK = "CJK too short"
@@ -99,6 +103,9 @@ def run(args, report) -> None:
                 _, ticks = lite_work.measure(lambda: floor.replay(recorders["lite"][0]))
                 if kind == SHORT_CJK:
                     work_pg[n], work_lite[n] = buffers, ticks
+                for _ in range(WARMUP):
+                    pg.search_messages(query, **kwargs)
+                    lite.search_messages(query, **kwargs)
                 res = interleaved({
                     "pg": (lambda: pg.search_messages(query, **kwargs), Samples()),
                     "lite": (lambda: lite.search_messages(query, **kwargs), Samples()),

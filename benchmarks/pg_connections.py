@@ -1,5 +1,5 @@
 """How a PostgreSQL store should get its connections: held per thread, or checked out of
-the pool per unit and per read (with or without the pool's pre-ping)?
+the pool per unit and per read (with or without SQLAlchemy's pre-ping)?
 
     python3 benchmarks/pg_connections.py [--rounds 5] [--calls 300] [--url postgresql+psycopg://…]
 
@@ -8,8 +8,11 @@ to create a scratch database beside, builds one store at head (200 sessions, one
 messages) and times, per variant, the hot calls of ``benchmarks/bench_read.py`` and
 ``append_message`` (p50 per call over ``--calls`` calls, median of ``--rounds`` rounds):
 
-* ``pooled + pre-ping`` — what ships (``postgres.HOLD_CONNECTIONS = False``);
-* ``pooled, no pre-ping`` — the same without the liveness round trip at checkout;
+* ``pooled`` — what ships (``postgres.HOLD_CONNECTIONS = False``): each checkout looks
+  at the socket for a session the server ended, and pings only a connection idle for
+  ``postgres.PING_AFTER_IDLE`` seconds (``postgres._check_on_checkout``);
+* ``pooled + pre-ping`` — the same plus SQLAlchemy's pre-ping, a ``SELECT 1`` round
+  trip at every checkout (what shipped before);
 * ``held`` — ``engine.HeldConnections`` as on SQLite (a reader, a writer and an
   autocommit connection per thread, kept).
 
@@ -34,9 +37,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from hermes_store import SessionDB, migrate, postgres  # noqa: E402
 
 VARIANTS = {
+    "pooled (ships)": dict(hold=False, pre_ping=False),
     "pooled + pre-ping": dict(hold=False, pre_ping=True),
-    "pooled, no pre-ping": dict(hold=False, pre_ping=False),
-    "held": dict(hold=True, pre_ping=True),
+    "held": dict(hold=True, pre_ping=False),
 }
 
 

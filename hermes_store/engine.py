@@ -361,9 +361,10 @@ class PooledConnections:
     returned right after (PostgreSQL; see ``postgres.HOLD_CONNECTIONS`` for why).
 
     The same role as ``HeldConnections`` (``held`` tells the doors which one they
-    have): every checkout passes the pool's pre-ping, so a connection the server
-    dropped (a restart, an idle timeout) is replaced between units instead of failing
-    the next one, and a process holds only the connections it is using.
+    have): every checkout passes the engine's check (``postgres._check_on_checkout``),
+    so a connection the server dropped (a restart, an idle timeout) is replaced between
+    units instead of failing the next one, and a process holds only the connections it
+    is using.
     """
 
     held = False

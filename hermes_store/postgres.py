@@ -5,8 +5,10 @@ Everything here is specific to PostgreSQL and psycopg 3, and is imported only wh
 PostgreSQL URL is used (a default install never imports psycopg).
 
 ``create_engine(target, …) -> Engine``
-    A pooled engine (``pool_pre_ping``, sizes configurable) whose connections carry
-    the text codec below and ``application_name=hermes_store``.
+    A pooled engine (sizes configurable) whose connections carry the text codec below
+    and ``application_name=hermes_store``, and are checked at checkout
+    (:func:`_check_on_checkout`): a session the server ended is replaced, and a
+    connection idle for longer than ``PING_AFTER_IDLE`` is pinged first.
 ``encode_text(s)`` / ``decode_text(s)``
     The NUL encoding (below), exposed for tools that bypass the driver (``psql``).
 ``translate_error(exc, target)`` / ``pg_errors(target)``
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import re
 import select
+import time
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -99,9 +102,13 @@ def _codec_adapters():
         return NulSafe
 
     def loader(base):
+        # called once per text value read: one Python frame (psycopg's own TextLoader
+        # is Python too; calling it through super() cost a second one)
         class NulSafe(base):
             def load(self, data):
-                text = super().load(data)
+                if not self._encoding:  # SQL_ASCII: bytes (check_server refuses it)
+                    return super().load(data)
+                text = str(data, self._encoding)
                 return decode_text(text) if _ESCAPE in text else text
 
         NulSafe.__name__ = f"NulSafe{base.__name__}"
@@ -177,7 +184,7 @@ def create_engine(
     pool_size: int | None = None,
     max_overflow: int | None = None,
     pool_timeout: float | None = None,
-    pool_pre_ping: bool = True,
+    pool_pre_ping: bool = False,
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
     poolclass=None,
     lock_timeout: float | None = None,
@@ -191,6 +198,10 @@ def create_engine(
     SQLite's busy timeout. ``read_only`` makes every transaction of every connection
     read-only on the server (``default_transaction_read_only``), so a write that gets
     past the store's own check still fails.
+
+    ``pool_pre_ping=True`` adds SQLAlchemy's ping (a round trip) to every checkout;
+    by default the checkout check (:func:`_check_on_checkout`) pings only connections
+    that sat idle for ``PING_AFTER_IDLE`` seconds.
     """
     if not target.is_postgresql:
         raise ValueError(f"{target.display} is not a PostgreSQL database")
@@ -219,12 +230,64 @@ def create_engine(
         target.url, connect_args=connect_args, pool_pre_ping=pool_pre_ping, **kwargs
     )
     event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "checkout", _check_on_checkout)
+    event.listen(engine, "checkin", _on_checkin)
     event.listen(engine, "begin", _begin_hook(read_only))
     return engine
 
 
 def _on_connect(dbapi_conn, _record) -> None:
     install_text_codec(dbapi_conn)
+
+
+#: seconds a pooled connection may sit unused before its checkout pings the server
+#: (a round trip); one used more recently is only checked for the server's goodbye
+PING_AFTER_IDLE = 1.0
+#: key of the time a connection was last returned to the pool (its record's ``info``)
+_RETURNED_AT = "hermes_store.returned_at"
+
+
+def _on_checkin(_dbapi_conn, record) -> None:
+    record.info[_RETURNED_AT] = time.monotonic()
+
+
+def _check_on_checkout(dbapi_conn, record, _proxy) -> None:
+    """Replace a pooled connection that is no longer usable, before a unit or read
+    begins on it (decision D13: reconnect between units, never inside one).
+
+    SQLAlchemy's pre-ping costs a round trip (``SELECT 1``) on every checkout, about as
+    much as a small read. Instead: a session the server ended while the connection
+    sat in the pool — a restart, ``pg_terminate_backend``, ``idle_session_timeout``,
+    a crash — has left its goodbye and the end of the stream in the socket, which
+    :func:`_server_goodbye` sees without a round trip; only a connection idle for
+    ``PING_AFTER_IDLE`` seconds or more (what a silently broken network path needs:
+    NAT and proxy idle timeouts are minutes) is pinged as well. Raising
+    ``DisconnectionError`` makes the pool replace the connection and check again.
+    """
+    returned_at = record.info.get(_RETURNED_AT)
+    if returned_at is None:
+        return  # a new connection: just made by the pool
+    why = _server_goodbye(dbapi_conn.pgconn)
+    if why is None and time.monotonic() - returned_at >= PING_AFTER_IDLE:
+        why = _ping(dbapi_conn)
+    if why is not None:
+        raise sa.exc.DisconnectionError(f"the server ended the session: {why}")
+
+
+def _ping(dbapi_conn) -> str | None:
+    """``SELECT 1`` outside any transaction; why it failed, or None."""
+    import psycopg
+
+    autocommit = dbapi_conn.autocommit
+    try:
+        dbapi_conn.autocommit = True
+        dbapi_conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:  # the connection is gone
+        return str(exc) or type(exc).__name__
+    finally:
+        if not dbapi_conn.closed:
+            dbapi_conn.autocommit = autocommit
+    return None
 
 
 def _begin_hook(read_only_store: bool):
@@ -314,29 +377,40 @@ def session_ended(conn: sa.Connection) -> sa.exc.DBAPIError | None:
     ended after the check, while COMMIT is on its way, still is one. One ``select()`` on
     the socket, no round trip; None when the server has said nothing.
     """
+    why = _server_goodbye(conn.connection.dbapi_connection.pgconn)
+    if why is None:
+        return None  # the usual case: the server is waiting for us
     import psycopg
 
-    pgconn = conn.connection.dbapi_connection.pgconn
+    orig = psycopg.OperationalError(
+        f"the server closed the connection before COMMIT was sent: {why}")
+    conn.invalidate()
+    return sa.exc.OperationalError("COMMIT", None, orig, connection_invalidated=True)
+
+
+def _server_goodbye(pgconn) -> str | None:
+    """What the server said when it ended the session of an idle connection (a FATAL
+    such as 57P01, then the end of the stream), or None while it is waiting for us.
+    One ``select()`` on the socket, no round trip."""
+    import psycopg
+
     try:
-        # idle in a transaction the server speaks first only to say goodbye (a FATAL,
-        # then the end of the stream) or with an asynchronous message, which libpq keeps;
-        # what is left readable once that is read is the end of the stream
+        # idle, the server speaks first only to say goodbye (a FATAL, then the end of
+        # the stream) or with an asynchronous message, which libpq keeps; what is left
+        # readable once that is read is the end of the stream
         for _ in range(3):
             readable, _, _ = select.select([pgconn.socket], [], [], 0)
             if not readable:
-                return None  # the usual case: the server is waiting for us
+                return None
             pgconn.consume_input()  # raises at the end of the stream
             if pgconn.status != psycopg.pq.ConnStatus.OK:
                 break
         else:
-            return None  # still talking: let COMMIT find out
+            return None  # still talking: let the next statement find out
         why = pgconn.error_message.decode(errors="replace") or "connection bad"
     except (OSError, ValueError, psycopg.Error) as exc:
-        why = str(exc)
-    orig = psycopg.OperationalError(
-        f"the server closed the connection before COMMIT was sent: {' '.join(str(why).split())}")
-    conn.invalidate()
-    return sa.exc.OperationalError("COMMIT", None, orig, connection_invalidated=True)
+        why = str(exc) or type(exc).__name__
+    return " ".join(str(why).split())
 
 
 def stamped_at_head(engine: Engine, head: str) -> bool:

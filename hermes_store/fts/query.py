@@ -436,6 +436,19 @@ class Fts5Search:
     page_first = False
     present_indexes = PRESENT_INDEXES
     present_indexes_values = PRESENT_INDEXES_VALUES
+    #: whether "both indexes present" may be kept per connection instead of asked per
+    #: search: not here, where a missing FTS5 table must send the search to the LIKE
+    #: scan (and asking costs microseconds)
+    keeps_present_indexes = False
+    #: whether a best-first page's LIMIT is written into the statement
+    #: (``repository.search._page_size``); here it is bound
+    page_size_in_sql = False
+
+    def search_layer_missing(self, exc: BaseException) -> bool:
+        """Whether a search statement failed because the full-text layer is gone
+        (answered by looking for the indexes again); never on SQLite, where a failed
+        MATCH falls back to the LIKE scan instead."""
+        return False
 
     def prepare(self, index: str, expression: str) -> tuple[Any, dict] | None:
         return None, {"expression": expression}

@@ -14,6 +14,11 @@ through three doors:
 * ``self._query(statement, values)`` — the rows of one prebuilt SELECT
   (``repository.prebuilt.Prebuilt``). A single statement is a consistent snapshot by
   itself, so outside a unit or a snapshot it needs no transaction at all.
+* ``self._read_lazily(fn)`` — ``fn(reads)`` for a read that usually needs one statement
+  and sometimes more (a search): on PostgreSQL it runs without a transaction, like
+  ``_query``, until it asks for a second data statement; then it is started over inside
+  one snapshot, so every answer still comes from one snapshot. On SQLite it is a
+  ``_read`` (a snapshot costs nothing there).
 
 The doors nest: a ``_write`` called while a unit is running on the same thread joins
 that unit (it does not open a second transaction that would wait for the first), and a
@@ -39,11 +44,49 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..engine import HeldConnections, PooledConnections, WriteUnits, transaction, translate_error
+from ..engine import (BEGIN_MODE, HeldConnections, PooledConnections, WriteUnits, transaction,
+                      translate_error)
 from ..errors import StoreClosedError, StoreReadOnlyError
 from .prebuilt import Prebuilt
 
 T = TypeVar("T")
+
+
+class SnapshotNeeded(Exception):
+    """A ``_read_lazily`` function asked for a second data statement (or declared that
+    it will need one) while running outside a snapshot: the door starts it over in one."""
+
+
+class LazyReads:
+    """What a ``_read_lazily`` function reads through: ``rows(statement, values)``.
+
+    Outside a snapshot (``in_snapshot`` False) it allows one data statement, run on its
+    own (autocommit: one round trip); a second one raises ``SnapshotNeeded``.
+    ``data=False`` marks a catalog lookup (which index exists), which is not part of
+    the data's snapshot and is not counted.
+    """
+
+    __slots__ = ("conn", "in_snapshot", "_statements")
+
+    def __init__(self, conn: sa.Connection, in_snapshot: bool) -> None:
+        self.conn = conn
+        self.in_snapshot = in_snapshot
+        self._statements = 0
+
+    def rows(self, statement: Prebuilt, values: Mapping[str, Any] | None = None, *,
+             data: bool = True) -> list:
+        if self.in_snapshot:
+            return statement.rows(self.conn, values)
+        if data:
+            if self._statements:
+                raise SnapshotNeeded()
+            self._statements += 1
+        return statement.rows_alone(self.conn, values)
+
+    def need_snapshot(self) -> None:
+        """Declare, before reading data, that more than one data statement will follow."""
+        if not self.in_snapshot:
+            raise SnapshotNeeded()
 
 
 class RepositoryBase:
@@ -134,6 +177,50 @@ class RepositoryBase:
             if mapped is not None:
                 raise mapped from exc
             raise
+
+    def _read_lazily(self, fn: Callable[[LazyReads], T]) -> T:
+        """``fn(reads)``, every data statement it reads in one snapshot, paying for the
+        snapshot (BEGIN and COMMIT: two round trips on a server) only when ``fn`` reads
+        more than one (see ``LazyReads``). ``fn`` may be run twice: it must only read."""
+        self._require_open()
+        joined = self._joined()
+        if joined is not None:
+            return fn(LazyReads(joined, True))
+        singles = self._singles
+        if singles is None:  # SQLite: a snapshot is a local BEGIN DEFERRED
+            with self._read() as conn:
+                return fn(LazyReads(conn, True))
+        if self._snapshots is None:  # normally set by SessionDB.__init__
+            self._snapshots = threading.local()
+        try:
+            if singles.held:
+                return self._lazily_on(singles.get(), fn)
+            with singles.checkout() as conn:
+                return self._lazily_on(conn, fn)
+        except sa.exc.DBAPIError as exc:
+            mapped = translate_error(exc, self.target)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    def _lazily_on(self, conn: sa.Connection, fn: Callable[[LazyReads], T]) -> T:
+        """``_read_lazily`` on an autocommit connection of ``_singles``."""
+        try:
+            return fn(LazyReads(conn, False))
+        except SnapshotNeeded:
+            pass
+        # started over on the same connection, now in a read snapshot (the statement
+        # run without one left no transaction behind)
+        conn.execution_options(**{BEGIN_MODE: "DEFERRED"})
+        try:
+            with transaction(conn):  # REPEATABLE READ, READ ONLY
+                self._snapshots.conn = conn
+                try:
+                    return fn(LazyReads(conn, True))
+                finally:
+                    self._snapshots.conn = None
+        finally:
+            conn.execution_options(**{BEGIN_MODE: None})
 
     def _release_connections(self) -> None:
         """Release every thread's held connections (``close()``)."""

@@ -38,7 +38,7 @@ from .. import schema
 from ..fts import query as fq
 from ..errors import DatabaseDamagedError
 from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
-from .base import RepositoryBase
+from .base import LazyReads, RepositoryBase
 from .dialect import like_nocase
 from .messages import content_preview, decode_content
 from .prebuilt import Prebuilt
@@ -177,8 +177,12 @@ def _filters_sessions(shape: _Shape) -> bool:
     return shape.sources is not None or bool(shape.excluded)
 
 
-def _page(stmt, shape: _Shape):
-    if shape.limited:
+def _page(stmt, shape: _Shape, page_size: int | None = None):
+    """LIMIT and OFFSET of a page: bound (``:page_limit``), or ``page_size`` written
+    into the statement (see ``_ranked``)."""
+    if page_size is not None:
+        stmt = stmt.limit(page_size)
+    elif shape.limited:
         stmt = stmt.limit(sa.bindparam("page_limit", type_=sa.Integer))
     if shape.offset:
         stmt = stmt.offset(sa.bindparam("page_offset", type_=sa.Integer))
@@ -199,7 +203,8 @@ _SHAPES_CACHED = 512
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
+def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
+            page_size: int | None = None) -> Prebuilt:
     """A page of matches best first, snippet and context included.
 
     On SQLite, ORDER BY rank alone lets FTS5 hand rows over best first, so snippet()
@@ -211,6 +216,9 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
     the page's rows are joined to it afterwards: the sort then carries two numbers per
     match instead of whole rows, and snippets and context are computed for the page
     only, whatever the planner guesses about the number of matches.
+
+    ``page_size`` (``sql.page_size_in_sql``: PostgreSQL) is the LIMIT written into the
+    statement rather than bound: see ``_page_size``.
     """
     rank = sql.rank(index, M, form)
     columns = (*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
@@ -230,7 +238,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
         .select_from(source)
         .where(sql.condition(index, M, form), *_filters(shape))
         .order_by(*sql.best_first(index, M, form)),
-        shape,
+        shape, page_size,
     ).subquery("page")
     return Prebuilt(
         sa.select(*columns, page.c.page_rank.label("rank"))
@@ -238,6 +246,21 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape) -> Prebuilt:
                                       .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_rank, page.c.page_id)
     )
+
+
+def _page_size(sql: fq.Fts5Search, shape: _Shape, values: dict) -> int | None:
+    """The page size to write into a full-text page statement, or None to bind it.
+
+    PostgreSQL plans a LIMIT it cannot see as a tenth of the matches, so a prepared
+    statement's generic plan looked dearer than the plan made for each search, and
+    every search was planned anew (~0.5 ms). Written in, the generic plan is kept
+    (``query_pg._once`` hides the query text from the planner for the same reason);
+    there is one statement per page size (callers use a handful). Pages with an
+    offset keep it bound, to leave paging one statement.
+    """
+    if not (sql.page_size_in_sql and shape.limited and not shape.offset):
+        return None
+    return values["page_limit"]
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
@@ -251,6 +274,34 @@ def _ids_by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape)
         .order_by(when, sql.rank(index, M, form), M.c.id),
         shape,
     ))
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape,
+             page_size: int | None = None) -> Prebuilt:
+    """``_ids_by_time`` and ``_match_details`` as one statement, where the engine picks
+    a page before reading its rows anyway (``sql.page_first``: PostgreSQL): the page
+    of (id, time, rank) is a subquery, its rows are joined to it. One statement is one
+    snapshot, so the search needs no transaction (``_read_lazily``)."""
+    rank = sql.rank(index, M, form)
+    newest = sort == "newest"
+    source = _matches(sql, index) if _filters_sessions(shape) else sql.source(index, M)
+    page = _page(
+        sa.select(M.c.id.label("page_id"), M.c.timestamp.label("page_time"),
+                  rank.label("page_rank"))
+        .select_from(source)
+        .where(sql.condition(index, M, form), *_filters(shape))
+        .order_by(M.c.timestamp.desc() if newest else M.c.timestamp.asc(), rank, M.c.id),
+        shape, page_size,
+    ).subquery("page")
+    return Prebuilt(
+        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
+                  *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
+                                      .join(S, S.c.id == M.c.session_id)))
+        .order_by(page.c.page_time.desc() if newest else page.c.page_time.asc(),
+                  page.c.page_rank, page.c.page_id)
+    )
 
 
 def _page_ids(count: int) -> list[sa.BindParameter]:
@@ -279,10 +330,10 @@ def _like_details(count: int) -> Prebuilt:
     )
 
 
-@functools.lru_cache(maxsize=_SHAPES_CACHED)
-def _like_page(shape: _Shape, terms: int) -> Prebuilt:
-    """Ids of the newest messages (within ``:scan_rows`` of the newest id) holding any
-    of ``terms`` substrings (``:term_0``… as LIKE patterns), newest first."""
+def _like_matches(shape: _Shape, terms: int, *columns) -> sa.Select:
+    """``columns`` of the newest messages (within ``:scan_rows`` of the newest id)
+    holding any of ``terms`` substrings (``:term_0``… as LIKE patterns), newest first,
+    one page."""
     newest_id = sa.select(sa.func.max(M.c.id)).scalar_subquery()
     # ids only grow (AUTOINCREMENT), so this is a bounded range scan of the key
     in_window = M.c.id > newest_id - sa.bindparam("scan_rows", type_=sa.Integer)
@@ -292,17 +343,68 @@ def _like_page(shape: _Shape, terms: int) -> Prebuilt:
                  for column in (M.c.content, M.c.tool_name, M.c.tool_calls)))
         for pattern in _params("term", terms)
     ))
-    # time order needs a sort of every row found: ids first, details for the page
-    return Prebuilt(_page(
-        sa.select(M.c.id).select_from(M.join(S, S.c.id == M.c.session_id))
+    return _page(
+        sa.select(*columns).select_from(M.join(S, S.c.id == M.c.session_id))
         .where(in_window, any_term, *_filters(shape))
         .order_by(M.c.timestamp.desc(), M.c.id.desc()), shape,
-    ))
+    )
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_page(shape: _Shape, terms: int) -> Prebuilt:
+    """Ids of the LIKE route's page (``_like_matches``): time order needs a sort of
+    every row found, so ids first, details for the page (``_like_details``)."""
+    return Prebuilt(_like_matches(shape, terms, M.c.id))
+
+
+@functools.lru_cache(maxsize=_SHAPES_CACHED)
+def _like_rows(shape: _Shape, terms: int) -> Prebuilt:
+    """``_like_page`` and ``_like_details`` as one statement (``sql.page_first``, as
+    ``_by_time``)."""
+    page = _like_matches(shape, terms, M.c.id.label("page_id"),
+                         M.c.timestamp.label("page_time")).subquery("page")
+    return Prebuilt(
+        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
+        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
+                                      .join(S, S.c.id == M.c.session_id)))
+        .order_by(page.c.page_time.desc(), page.c.page_id.desc())
+    )
 
 
 @functools.lru_cache(maxsize=None)
-def _present_indexes(sql: fq.Fts5Search) -> Prebuilt:
+def _present_indexes_query(sql: fq.Fts5Search) -> Prebuilt:
     return Prebuilt(sql.present_indexes)
+
+
+#: key of the present indexes kept with a server connection (``Connection.info``)
+_KNOWN_INDEXES = "hermes_store.search.present_indexes"
+
+
+def _present_indexes(reads: LazyReads, sql: fq.Fts5Search, use_known: bool
+                     ) -> tuple[list[str], bool]:
+    """The full-text indexes search may use, and whether the answer was one kept from
+    an earlier search on this connection.
+
+    Where the engine allows it (``sql.keeps_present_indexes``: PostgreSQL) the answer
+    "both present" is kept with the server connection (``Connection.info``, dropped
+    with the connection), saving a round trip per search. It cannot mislead: without an
+    index the same conditions are evaluated on the rows (same results, slower), and
+    without the full-text columns or functions the statement fails, which
+    ``search_messages`` answers by looking again. Any other answer is never kept.
+    """
+    info = reads.conn.info if sql.keeps_present_indexes else None
+    if info is not None and use_known:
+        known = info.get(_KNOWN_INDEXES)
+        if known is not None:
+            return known, True
+    present = [name for (name,) in reads.rows(_present_indexes_query(sql),
+                                               sql.present_indexes_values, data=False)]
+    if info is not None:
+        if set(present) == {FTS_TABLE, TRIGRAM_TABLE}:
+            info[_KNOWN_INDEXES] = present
+        else:
+            info.pop(_KNOWN_INDEXES, None)
+    return present, False
 
 
 class SearchMixin(RepositoryBase):
@@ -346,64 +448,83 @@ class SearchMixin(RepositoryBase):
         sanitized = fq.sanitize_fts5_query(query)
         shape, values = _shape_and_values(source_filter, exclude_sources, role_filter,
                                           include_inactive, limit, offset)
-        index_failed = False
+        sort = _normalized_sort(sort)
+        answer: dict = {}
+
+        def search(reads: LazyReads, *, known_indexes: bool = True) -> list[dict]:
+            answer.clear()
+            sql = fq.search_sql(reads.conn.dialect)
+            present, answer["known"] = _present_indexes(reads, sql, known_indexes)
+            plan = fq.plan_search(sanitized, present)
+            if plan is None:
+                return []
+            if not sql.page_first and (sort is not None or plan.route == fq.ROUTE_LIKE):
+                reads.need_snapshot()  # a page of ids, then the page's rows
+            rows, answer["index_failed"] = self._run_plan(reads, sql, plan, shape, values, sort)
+            answer["results"] = [_with_context(row) for row in rows]
+            return answer["results"]
+
         try:
-            with self._read() as conn:
-                sql = fq.search_sql(conn.dialect)
-                present = _present_indexes(sql).rows(conn, sql.present_indexes_values)
-                plan = fq.plan_search(sanitized, [name for (name,) in present])
-                if plan is None:
-                    return []
-                rows, index_failed = self._run_plan(conn, sql, plan, shape, values,
-                                                    _normalized_sort(sort))
-                results = [_with_context(row) for row in rows]
+            try:
+                return self._read_lazily(search)
+            except sa.exc.DBAPIError as exc:
+                sql = fq.search_sql(self._require_open().dialect)
+                if not (answer.get("known") and sql.search_layer_missing(exc)):
+                    raise
+                # the full-text layer went away since this connection last looked: look
+                # again (and route accordingly)
+                return self._read_lazily(functools.partial(search, known_indexes=False))
         except DatabaseDamagedError:
             # FTS5 keeps the error of a failed rank-ordered MATCH and reports it once more
             # when the read snapshot commits; the fallback has already read the answer.
-            if not index_failed:
+            if not answer.get("index_failed"):
                 raise
-        return results
+            return answer["results"]
 
     # ------------------------------------------------------------------ routes
 
-    def _run_plan(self, conn, sql: fq.Fts5Search, plan: fq.SearchPlan, shape: _Shape,
-                  values: dict, sort) -> tuple[list, bool]:
+    def _run_plan(self, reads: LazyReads, sql: fq.Fts5Search, plan: fq.SearchPlan,
+                  shape: _Shape, values: dict, sort) -> tuple[list, bool]:
         """The page of rows, and whether a full-text index failed (LIKE answered)."""
         if plan.route == fq.ROUTE_LIKE:
-            return self._like_search(conn, plan.like_terms, shape, values), False
+            return self._like_search(reads, sql, plan.like_terms, shape, values), False
         index = TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else FTS_TABLE
         try:
-            rows = _match_search(conn, sql, index, plan.match, shape, values, sort)
+            rows = _match_search(reads, sql, index, plan.match, shape, values, sort)
             if rows or plan.retry_trigram is None:
                 return rows, False
             if shape.offset:
                 first = replace(shape, limited=True, offset=False)
-                if _match_search(conn, sql, index, plan.match, first,
+                if _match_search(reads, sql, index, plan.match, first,
                                  {**values, "page_limit": 1}, sort):
                     return rows, False  # past the last page, not "nothing found"
-            return _match_search(conn, sql, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
+            return _match_search(reads, sql, TRIGRAM_TABLE, plan.retry_trigram, shape, values,
                                  sort), False
         except sa.exc.DatabaseError as exc:
             if not sql.falls_back_to_like:
                 raise
             log.warning("full-text search on %s failed (%s); answering %r with the bounded "
                         "LIKE scan instead", index, getattr(exc, "orig", exc), plan.match)
-            rows = self._like_search(conn, plan.fallback_like_terms, shape, values)
+            rows = self._like_search(reads, sql, plan.fallback_like_terms, shape, values)
             return rows, True
 
-    def _like_search(self, conn, terms: Iterable[str], shape: _Shape, values: dict):
+    def _like_search(self, reads: LazyReads, sql: fq.Fts5Search, terms: Iterable[str],
+                     shape: _Shape, values: dict):
         terms = [t for t in terms if t]
         if not terms:
             return []
-        page = [row[0] for row in _like_page(shape, len(terms)).rows(conn, {
-            **values, **_numbered("term", [like_containing(t) for t in terms]),
-            "scan_rows": max(0, int(self.short_query_scan_rows)),
-        })]
-        if not page:
-            return []
-        details = _like_details(len(page))
-        rows = _in_page_order(page, _dicts(details, details.rows(
-            conn, _numbered("page_id", page))))
+        values = {**values, **_numbered("term", [like_containing(t) for t in terms]),
+                  "scan_rows": max(0, int(self.short_query_scan_rows))}
+        if sql.page_first:
+            rows = _dicts(_like_rows(shape, len(terms)), reads.rows(
+                _like_rows(shape, len(terms)), values))
+        else:
+            page = [row[0] for row in reads.rows(_like_page(shape, len(terms)), values)]
+            if not page:
+                return []
+            details = _like_details(len(page))
+            rows = _in_page_order(page, _dicts(details, reads.rows(
+                details, _numbered("page_id", page))))
         # the snippet shows the column that matched, tool name and tool calls included
         for row in rows:
             row["snippet"] = fq.like_snippet(
@@ -416,7 +537,7 @@ def _dicts(statement: Prebuilt, rows) -> list[dict]:
     return [dict(zip(keys, row)) for row in rows]
 
 
-def _match_search(conn, sql: fq.Fts5Search, index: str, expression: str, shape: _Shape,
+def _match_search(reads: LazyReads, sql: fq.Fts5Search, index: str, expression: str, shape: _Shape,
                   values: dict, sort):
     prepared = sql.prepare(index, expression)
     if prepared is None:
@@ -424,16 +545,19 @@ def _match_search(conn, sql: fq.Fts5Search, index: str, expression: str, shape: 
     form, bound = prepared
     values = {**values, **bound}
     if sort is None:
-        ranked = _ranked(sql, index, form, shape)
-        rows = _with_snippets(sql, expression, _dicts(ranked, ranked.rows(conn, values)))
+        ranked = _ranked(sql, index, form, shape, _page_size(sql, shape, values))
+        rows = _with_snippets(sql, expression, _dicts(ranked, reads.rows(ranked, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))
-    page = [row[0] for row in _ids_by_time(sql, index, form, sort, shape).rows(conn, values)]
+    if sql.page_first:
+        timed = _by_time(sql, index, form, sort, shape, _page_size(sql, shape, values))
+        return _with_snippets(sql, expression, _dicts(timed, reads.rows(timed, values)))
+    page = [row[0] for row in reads.rows(_ids_by_time(sql, index, form, sort, shape), values)]
     if not page:
         return []
     details = _match_details(sql, index, form, len(page))
-    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, details.rows(
-        conn, {**bound, **_numbered("page_id", page)}))))
+    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, reads.rows(
+        details, {**bound, **_numbered("page_id", page)}))))
 
 
 def _with_snippets(sql: fq.Fts5Search, expression: str, rows: list[dict]) -> list[dict]:

@@ -190,6 +190,40 @@ def test_a_store_holds_no_connection_between_calls(pg_url):
         assert db.engine.pool.checkedout() == 0
 
 
+def _pooled_backend(db) -> int:
+    """The server process of the connection the pool hands out next."""
+    with db.engine.connect() as conn:
+        return conn.connection.dbapi_connection.info.backend_pid
+
+
+def test_a_connection_the_server_ended_is_replaced_at_checkout_without_a_round_trip(
+        pg_url, pg_server, monkeypatch):
+    from hermes_store import postgres
+
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", 3600.0)  # no ping: the socket tells
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        before = _pooled_backend(db)
+        pg_server.admin(f"SELECT pg_terminate_backend({before}, 10000)")
+        assert db.get_session("s")["source"] == "cli"  # no error reached the caller
+        assert db.search_messages("nothing here") == []
+        assert _pooled_backend(db) != before
+
+
+@pytest.mark.parametrize("idle_seconds, pinged", [(0.0, True), (3600.0, False)])
+def test_only_a_connection_idle_in_the_pool_is_pinged(pg_url, pg_server, monkeypatch,
+                                                      idle_seconds, pinged):
+    from hermes_store import postgres
+
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", idle_seconds)
+    with SessionDB(pg_url) as db:
+        assert db.get_session("s") is None  # the connection is now back in the pool
+        with db.engine.connect() as conn:  # checked out again: pinged or not
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            (last,), = pg_server.admin(f"SELECT query FROM pg_stat_activity WHERE pid = {pid}")
+    assert (last == "SELECT 1") is pinged
+
+
 def test_pool_sizes_come_from_the_url_or_the_arguments(pg_url):
     with SessionDB(f"{pg_url}&pool_size=2&max_overflow=1") as db:
         assert (db.engine.pool.size(), db.engine.pool._max_overflow) == (2, 1)
@@ -244,6 +278,96 @@ def test_each_door_runs_in_its_transaction_mode(pg_url):
     assert snapshot[1:] == (False, IsolationLevel.REPEATABLE_READ, True)
     assert "pg_advisory_xact_lock(" in lock[0] and upsert[0].startswith("INSERT")
     assert lock[1:] == upsert[1:] == (False, IsolationLevel.READ_COMMITTED, False)
+
+
+def test_a_search_takes_a_snapshot_only_when_it_reads_more_than_one_statement(pg_url):
+    from psycopg import IsolationLevel
+
+    seen: list = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        dbapi = conn.connection.dbapi_connection
+        what = ("catalog" if "pg_class" in statement
+                else "ids" if statement.split()[1:3] == ["messages.id", "FROM"] else "rows")
+        seen.append((what, "autocommit" if dbapi.autocommit else dbapi.isolation_level))
+
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "docker compose")
+        db.append_message("s", "user", "修改youer服务端配置")
+        sa.event.listen(db.engine, "before_cursor_execute", record)
+        assert len(db.search_messages("docker")) == 1
+        assert seen == [("catalog", "autocommit"), ("rows", "autocommit")]
+        seen.clear()
+        assert len(db.search_messages("docker")) == 1  # the catalog's answer was kept
+        assert seen == [("rows", "autocommit")]
+        seen.clear()
+        # a page in time order, and the short-CJK scan: the page and its rows in one
+        assert len(db.search_messages("docker", sort="newest")) == 1
+        assert len(db.search_messages("修改", sort="newest")) == 1
+        assert seen == [("rows", "autocommit")] * 2
+        seen.clear()
+        # no word matches: the trigram index is tried, in one snapshot with the first try
+        assert len(db.search_messages("youer")) == 1
+        assert [mode for _, mode in seen] == ["autocommit"] + [
+            IsolationLevel.REPEATABLE_READ] * 2
+        assert db.engine.pool.checkedout() == 0
+
+
+@pytest.mark.parametrize("frequent, rare", [("alpha", "zulu"), ("记忆断裂", "服务端配置")])
+def test_searches_keep_one_generic_plan_instead_of_planning_each_time(pg_url, frequent, rare):
+    # The planner sees neither the query text nor an unknown page size: the plan of a
+    # frequent term and of a rare one cost the same, so PostgreSQL keeps the prepared
+    # statement's generic plan rather than planning every search (~0.5-1 ms each).
+    sent = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "page_id" in statement:
+            sent.append((statement, parameters))
+
+    with SessionDB(pg_url, pool_size=1, max_overflow=0) as db:  # one server session
+        db.create_session("s", "cli")
+        db.append_messages("s", [{"role": "user", "content": f"alpha 记忆断裂 words {i}"}
+                                 for i in range(300)])
+        db.append_message("s", "user", "zulu 服务端配置 once")
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE messages")
+            conn.commit()
+        sa.event.listen(db.engine, "before_cursor_execute", record)
+        for _ in range(6):
+            for query in (frequent, rare):
+                assert db.search_messages(query, limit=5)
+        sa.event.remove(db.engine, "before_cursor_execute", record)
+        with db.engine.connect() as conn:
+            (generic, custom), = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE strpos(statement, 'page_id') > 0").all()
+            costs = {conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params)
+                     .scalar()[0]["Plan"]["Total Cost"] for statement, params in sent[:2]}
+    assert len({statement for statement, _ in sent}) == 1  # one statement for both
+    # a LIMIT the planner cannot see is planned as a tenth of the matches, which made
+    # the generic plan look dearer than the custom ones
+    assert "LIMIT 5)" in sent[0][0] and "page_limit" not in sent[0][1]
+    assert len(costs) == 1  # the same estimate whatever the query
+    # psycopg prepares it at the 6th run; PostgreSQL plans 5 times, then keeps one plan
+    assert (custom, generic) == (5, 12 - 5 - 5)
+
+
+def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_url):
+    from hermes_store.fts import postgres as fts_postgres
+
+    with SessionDB(pg_url) as db:
+        db.create_session("s", "cli")
+        wanted = db.append_message("s", "user", "docker compose")
+        assert ">>>docker<<<" in db.search_messages("docker")[0]["snippet"]  # answer kept
+        with SessionDB(pg_url) as other:  # another process takes the layer away
+            other._write(fts_postgres.drop_fts)
+        found = db.search_messages("docker")  # the bounded LIKE scan answers
+        assert [h["id"] for h in found] == [wanted] and ">>>" not in found[0]["snippet"]
+        with SessionDB(pg_url) as other:
+            other._write(fts_postgres.create_fts)
+        # "missing" was never kept: the word index answers again at once
+        assert ">>>docker<<<" in db.search_messages("docker")[0]["snippet"]
 
 
 # --------------------------------------------------------------------------- the unit lock

@@ -18,7 +18,7 @@ exactly once), or it raises one of the package's errors, only these two:
 Any other exception ends the worker with a traceback and fails the test. Afterwards no
 half unit is visible (counters and token totals equal their rows), and every writer
 went on appending through the store it had opened before the fault (the pool's
-pre-ping replaced its dead connections). These tests run on the suite's server only
+checkout check replaced its dead connections). These tests run on the suite's server only
 (the fault is the server's); they live here for the reliability workers and checks.
 """
 
@@ -123,8 +123,8 @@ def test_writers_fail_clearly_or_carry_on_through_a_server_restart(pg_server, pg
         else:
             pg_server.restart(fault.split("-")[1])
         after = [len(w.lines) for w in workers]
-        # the same store, opened before the fault, works at once: the pool's pre-ping
-        # replaced the connection the server dropped, so the unit ran the first time
+        # the same store, opened before the fault, works at once: the pool's checkout
+        # check replaced the connection the server dropped, so the unit ran the first time
         retries = resident._units.retries
         resident.append_message(SHARED, role="user", content="resident after the fault")
         assert resident._units.retries == retries

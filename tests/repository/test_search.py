@@ -189,6 +189,57 @@ def test_sort_oldest_and_unknown(db, corpus):
     assert ids(db.search_messages("docker", sort="sideways")) == ids(db.search_messages("docker"))
 
 
+def _write_before(db, write, last):
+    """Run ``write`` (on another store) just before the search's SELECT for which
+    ``last(statement)`` holds, once; returns the SELECTs seen."""
+    selects = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().startswith("SELECT messages"):
+            selects.append(statement)
+            if last(statement) and write not in selects:
+                selects.append(write)
+                write()
+
+    sa.event.listen(db.engine, "before_cursor_execute", before)
+    return selects
+
+
+@pytest.mark.sqlite_only("PostgreSQL reads the page and its rows in one statement "
+                         "(tests/postgres/test_pg_store.py)")
+@pytest.mark.parametrize("query, sort", [("docker", "newest"), ("记忆", None)])
+def test_a_page_and_its_rows_are_read_in_one_snapshot(db, query, sort):
+    # a time-ordered page (and the short-CJK scan) reads ids first, then their rows: a
+    # change committed in between must not show
+    db.create_session("s", "cli")
+    first = db.append_message("s", "user", "docker 记忆 first", timestamp=1.0)
+    hit = db.append_message("s", "user", "docker 记忆 second", timestamp=2.0)
+    with reopen(db) as other:
+        selects = _write_before(db, lambda: write_behind(
+            other, "UPDATE messages SET content = :text WHERE id = :id",
+            text="changed meanwhile", id=hit), last=lambda statement: "prev_message" in statement)
+        found = db.search_messages(query, sort=sort)
+    assert len(selects) == 3 and callable(selects[2])  # the write ran in between
+    assert ids(found) == [hit, first]
+    assert found[0]["context"][1]["content"] == "docker 记忆 second"
+    assert db.search_messages(query, sort=sort)[0]["context"][1]["content"] == "changed meanwhile"
+
+
+def test_a_word_search_retried_on_the_trigram_index_reads_one_snapshot(db):
+    # nothing matches the word, so the trigram index is asked: a change committed
+    # before that second statement must not show
+    db.create_session("s", "cli")
+    wanted = db.append_message("s", "user", "修改youer服务端配置")
+    with reopen(db) as other:
+        selects = _write_before(db, lambda: write_behind(
+            other, "UPDATE messages SET content = :text WHERE id = :id",
+            text="changed meanwhile", id=wanted), last=lambda statement: "trigram" in statement)
+        found = db.search_messages("youer")
+    assert any(callable(s) for s in selects)  # the write ran before the trigram statement
+    assert ids(found) == [wanted] and found[0]["context"][0]["content"] == "修改youer服务端配置"
+    assert db.search_messages("youer") == []
+
+
 def test_paging(db, corpus):
     every = ids(db.search_messages("docker", sort="newest"))
     assert ids(db.search_messages("docker", sort="newest", limit=2)) == every[:2]

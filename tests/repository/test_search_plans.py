@@ -64,13 +64,14 @@ def long_session(db):
     {"include_inactive": True, "limit": -1},
 ])
 def test_statements_per_search_do_not_grow_with_the_hits(long_session, kwargs):
+    long_session.search_messages("docker")  # PostgreSQL keeps the index lookup's answer
     with sent_sql(long_session) as few:
         assert len(long_session.search_messages("docker", limit=2, **{
             k: v for k, v in kwargs.items() if k != "limit"})) == 2
     with sent_sql(long_session) as many:
         hits = long_session.search_messages("docker", **kwargs)
     assert len(hits) >= 18
-    assert len(many) == len(few) <= 5  # BEGIN, index lookup, one or two SELECTs
+    assert len(many) == len(few) <= 5  # (BEGIN, index lookup,) one or two SELECTs
 
 
 @pytest.mark.sqlite_only("EXPLAIN QUERY PLAN of FTS5 statements")
