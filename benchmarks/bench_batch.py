@@ -5,17 +5,22 @@ Each round imports 5 new sessions of 2,000 messages (10k messages, upstream
 ``export_session()`` shape, tool calls included) into a copy of the 10k store:
 
 * ours      — ``hermes_store.transfer.import_file(engine, file.jsonl)``, the import command's
-              path (validate the whole file, then insert in batched transactions);
+              path (validate the whole file, then insert in batched transactions), one
+              file per session;
               side by side, ``SessionDB.append_messages`` (``create_session`` + one
               ``append_messages`` per session: the API's batch path) and
               ``import_sessions``, where they exist;
 * floor     — the SQL ours sent for each path (recorded untimed), replayed raw;
 * upstream  — ``SessionDB.import_sessions(list)`` of 0.19.0 with the same payload.
 
-The per-call rate is ``append_message`` one message per call on the same store, same
-run. Target (issue 12): the import and ``append_messages`` ≥ 0.9× their raw floor (the
-earlier ≥ 10× per-call target is withdrawn: with both indexes kept by triggers the
-floor itself is ~4× per-call). Throughputs: above 1.0× is faster.
+Sides are interleaved session by session (ours, then the floor's replay of that
+session's SQL, then the next session; the import as one file per session), so a change
+of load on the shared machine falls on both sides alike; a round's rate is its 10k
+messages over the time each side spent on them. The per-call rate is
+``append_message`` one message per call on the same store, same run. Target (issue 12):
+the import and ``append_messages`` ≥ 0.9× their raw floor (the earlier ≥ 10× per-call
+target is withdrawn: with both indexes kept by triggers the floor itself is ~4×
+per-call). Throughputs: above 1.0× is faster.
 """
 
 from __future__ import annotations
@@ -89,28 +94,42 @@ def run(args, report) -> None:
         rates[f"ours {m}"] = []
         rates[f"floor {m}"] = []
 
+    def side_by_side(units, run_ours) -> tuple[float, float]:
+        """Each unit run by ours, then its recorded SQL replayed by the floor, unit
+        after unit; the seconds each side spent in all. ``units`` are recorded first
+        (untimed) on the scratch copy."""
+        rec = Recorder(engine_of(capture))
+        for unit in units:
+            with rec.call():
+                run_ours(capture, unit)
+        rec.close()
+        spent = [0.0, 0.0]
+        for unit, call in zip(units, rec.calls, strict=True):
+            t0 = time.perf_counter()
+            run_ours(ours, unit)
+            t1 = time.perf_counter()
+            floor.replay(call)
+            spent[0] += t1 - t0
+            spent[1] += time.perf_counter() - t1
+        return spent[0], spent[1]
+
+    def import_one(db, src):
+        rep = import_file(engine_of(db), src)
+        if rep.messages_added != MESSAGES_PER_SESSION:
+            raise RuntimeError(f"import added {rep.messages_added} messages, "
+                               f"expected {MESSAGES_PER_SESSION}")
+
     gen = Generator(10_000, seed=77)
     ours.create_session("batch_percall", "cli")
     for r in range(args.rounds):
         log(args, f"batch round {r + 1}")
-        sessions = payload(r, "f")
-        src = work / f"round{r}.jsonl"
-        write_jsonl(sessions, src)
-        # untimed: record our SQL for this import on the scratch copy
-        rec = Recorder(engine_of(capture))
-        with rec.call():
-            import_file(engine_of(capture), src)
-        rec.close()
-
-        t0 = time.perf_counter()
-        rep = import_file(engine_of(ours), src)
-        rates["ours"].append(per_batch / (time.perf_counter() - t0))
-        if getattr(rep, "messages_added", per_batch) != per_batch:
-            raise RuntimeError(f"import added {rep.messages_added} messages, expected {per_batch}")
-
-        t0 = time.perf_counter()
-        floor.replay(rec.calls[0])
-        rates["floor"].append(per_batch / (time.perf_counter() - t0))
+        files = []
+        for i, session in enumerate(payload(r, "f")):
+            files.append(work / f"round{r}-{i}.jsonl")
+            write_jsonl([session], files[-1])
+        ours_s, floor_s = side_by_side(files, import_one)
+        rates["ours"].append(per_batch / ours_s)
+        rates["floor"].append(per_batch / floor_s)
 
         if up is not None:
             up_sessions = payload(r, "u")
@@ -121,26 +140,16 @@ def run(args, report) -> None:
                 raise RuntimeError(f"upstream import failed: {res.get('errors')}")
 
         for m in extra_paths:
-            sessions_m = payload(r, m[:3])
-
-            def store_batch(db, method=m, sessions_m=sessions_m):
+            def store_one(db, s, method=m):
                 if method == "import_sessions":
-                    db.import_sessions(sessions_m)
+                    db.import_sessions([s])
                     return
-                for s in sessions_m:
-                    db.create_session(s["id"], s["source"])
-                    db.append_messages(s["id"], s["messages"])
+                db.create_session(s["id"], s["source"])
+                db.append_messages(s["id"], s["messages"])
 
-            rec_m = Recorder(engine_of(capture))  # untimed, on the scratch copy
-            with rec_m.call():
-                store_batch(capture)
-            rec_m.close()
-            t0 = time.perf_counter()
-            store_batch(ours)
-            rates[f"ours {m}"].append(per_batch / (time.perf_counter() - t0))
-            t0 = time.perf_counter()
-            floor.replay(rec_m.calls[0])
-            rates[f"floor {m}"].append(per_batch / (time.perf_counter() - t0))
+            ours_s, floor_s = side_by_side(payload(r, m[:3]), store_one)
+            rates[f"ours {m}"].append(per_batch / ours_s)
+            rates[f"floor {m}"].append(per_batch / floor_s)
 
         msgs = [gen.turn() for _ in range(PER_CALL_SAMPLES // 3)]
         flat = [m for turn in msgs for m in turn][:PER_CALL_SAMPLES]
