@@ -15,13 +15,13 @@ expressed in SQL:
     ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
     ``rank``, lower is better; :func:`snippet` is ``ts_headline`` with ``>>>``/``<<<``.
 ``ROUTE_TRIGRAM`` (substrings, CJK)
-    :func:`trigram_matches`: each term is a case-insensitive substring (``ILIKE``, escaped)
-    of the trigram document, combined with the same AND/OR/NOT rules, restricted to the
-    index's scope (``fts_trigram_scope``) — the shape ``messages_fts_trigram`` serves.
+    ``PgSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
+    of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
+    rules, restricted to the index's scope (``fts_trigram_scope``) — the shape
+    ``messages_fts_trigram`` serves.
 ``ROUTE_LIKE`` (CJK terms too short for trigrams)
-    :func:`like_matches`: any term as a case-insensitive substring of ``content``,
-    ``tool_name`` or ``tool_calls`` (terms OR-ed, as on SQLite). The caller bounds the
-    scan to the newest ``short_query_scan_rows`` ids, as on SQLite.
+    Needs no index, so it is written once for both engines in ``repository.search``
+    (``dialect.like_nocase``: LIKE as SQLite matches it).
 
 Every function takes the ``messages`` table (or an alias of it) whose row is searched,
 and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
@@ -190,50 +190,9 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _contains(column: sa.ColumnElement, needle: str) -> sa.ColumnElement[bool]:
-    return column.ilike(sa.bindparam(None, f"%{_escape_like(needle)}%", type_=sa.Text),
-                        escape="\\")
-
-
-def _boolean(terms: list[Term], condition) -> sa.ColumnElement[bool] | None:
-    """AND/OR/NOT over ``terms`` with FTS5's precedence; ``condition(text)`` per term."""
-    operands: list[list[sa.ColumnElement]] = [[]]
-    negate_next = False
-    for term in terms:
-        if term.is_operator:
-            if term.text == "OR":
-                operands.append([])
-            negate_next = term.text == "NOT"
-            continue
-        clause = condition(term.text)
-        operands[-1].append(sa.not_(clause) if negate_next else clause)
-        negate_next = False
-    kept = [sa.and_(*o) for o in operands if o]
-    return sa.or_(*kept) if kept else None
-
-
 def trigram_document(messages: sa.FromClause) -> sa.ColumnElement[str]:
     m = messages.c
     return getattr(sa.func, TRIGRAM_DOCUMENT_FUNCTION)(m.content, m.tool_name, type_=sa.Text)
-
-
-def trigram_matches(messages: sa.FromClause, sanitized: str) -> sa.ColumnElement[bool] | None:
-    """The trigram route's condition: every term a substring (AND/OR/NOT as FTS5), within
-    the index's scope — the shape ``messages_fts_trigram`` serves. None: no term."""
-    doc = trigram_document(messages)
-    condition = _boolean(query_terms(sanitized), lambda text: _contains(doc, text))
-    if condition is None:
-        return None
-    scope = sa.literal_column(f"{messages.name}.{TRIGRAM_SCOPE_COLUMN}", sa.Boolean)
-    return sa.and_(scope, condition)
-
-
-def like_matches(messages: sa.FromClause, terms) -> sa.ColumnElement[bool] | None:
-    """The short-CJK route's condition: any term in content, tool name or tool calls."""
-    m = messages.c
-    clauses = [sa.or_(_contains(m.content, t), _contains(m.tool_name, t), _contains(m.tool_calls, t))
-               for t in terms if t]
-    return sa.or_(*clauses) if clauses else None
 
 
 _PRESENT = sa.text(
@@ -253,7 +212,9 @@ def available_indexes(conn: sa.Connection) -> frozenset[str]:
 
 
 def _trigram_groups(terms: list[Term]) -> list[list[tuple[bool, str]]]:
-    """OR-groups of (negated, text) with ``_boolean``'s rules (FTS5's precedence)."""
+    """The terms as OR-groups of (negated, text), with FTS5's precedence: NOT binds to
+    the next term, AND (implicit or written) joins the terms of a group, OR separates
+    groups."""
     groups: list[list[tuple[bool, str]]] = [[]]
     negate_next = False
     for term in terms:
@@ -416,13 +377,11 @@ __all__ = [
     "PgSearch",
     "available_indexes",
     "document",
-    "like_matches",
     "matches",
     "rank",
     "snippet",
     "substring_snippet",
     "trigram_document",
-    "trigram_matches",
     "tsquery",
     "tsquery_text",
 ]

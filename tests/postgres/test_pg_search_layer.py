@@ -2,7 +2,9 @@
 
 Rows are inserted directly into a SQLite head and a PostgreSQL head; each query is
 sanitized and routed once (fts/query.py, shared), then run on SQLite through FTS5 MATCH /
-LIKE and on PostgreSQL through query_pg. Membership must be equal; ranking may differ.
+LIKE and on PostgreSQL through the conditions the repository builds its statements
+from (``query_pg.PG_SEARCH``, ``dialect.like_nocase``). Membership must be equal; ranking
+may differ.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from hermes_store.engine import create_engine as sqlite_engine
 from hermes_store.fts import query as fq
 from hermes_store.fts import query_pg as pq
 from hermes_store.location import resolve
+from hermes_store.repository.dialect import like_nocase
+from hermes_store.repository.values import LIKE_ESCAPE, like_containing
 
 M, S = schema.messages, schema.sessions
 
@@ -88,21 +92,27 @@ def _sqlite_ids(conn, plan: fq.SearchPlan, window: int) -> set[int]:
 # --------------------------------------------------------------------------- PostgreSQL side
 
 
-def _pg_ids(conn, sanitized: str, plan: fq.SearchPlan, window: int) -> set[int]:
-    def run(condition):
-        if condition is None:
+def _pg_ids(conn, plan: fq.SearchPlan, window: int) -> set[int]:
+    # the conditions the repository's statements are built from (PG_SEARCH, like_nocase)
+    def match(index, expression):
+        prepared = pq.PG_SEARCH.prepare(index, expression)
+        if prepared is None:
             return set()
-        return set(conn.execute(sa.select(M.c.id).where(condition)).scalars())
+        shape, values = prepared
+        condition = pq.PG_SEARCH.condition(index, M, shape)
+        return set(conn.execute(sa.select(M.c.id).where(condition), values).scalars())
 
     if plan.route == fq.ROUTE_LIKE:
         newest = sa.select(sa.func.max(M.c.id)).scalar_subquery()
-        return run(sa.and_(M.c.id > newest - window, pq.like_matches(M, plan.like_terms)))
-    if plan.route == fq.ROUTE_TRIGRAM:
-        return run(pq.trigram_matches(M, sanitized))
-    text = pq.tsquery_text(plan.match)
-    found = run(pq.matches(M, pq.tsquery(text))) if text else set()
+        any_term = sa.or_(*(like_nocase(column, like_containing(t), escape=LIKE_ESCAPE)
+                            for t in plan.like_terms if t
+                            for column in (M.c.content, M.c.tool_name, M.c.tool_calls)))
+        return set(conn.execute(sa.select(M.c.id).where(M.c.id > newest - window, any_term))
+                   .scalars())
+    index = fq.TRIGRAM_TABLE if plan.route == fq.ROUTE_TRIGRAM else fq.FTS_TABLE
+    found = match(index, plan.match)
     if not found and plan.retry_trigram:
-        found = run(pq.trigram_matches(M, sanitized))
+        found = match(fq.TRIGRAM_TABLE, plan.retry_trigram)
     return found
 
 
@@ -138,7 +148,7 @@ def test_every_query_finds_the_same_messages_on_both_engines(sqlite_store, pg_st
             if plan is None:
                 continue
             want = _sqlite_ids(lite, plan, window=1000)
-            got = _pg_ids(pg, sanitized, plan, window=1000)
+            got = _pg_ids(pg, plan, window=1000)
             found_any += bool(want)
             if want != got:
                 differences.append(f"{query!r} ({plan.route}, {plan.match!r}): "
@@ -152,8 +162,8 @@ def test_short_cjk_queries_scan_the_same_bounded_window(sqlite_store, pg_store):
     assert plan.route == fq.ROUTE_LIKE
     with sqlite_store.connect() as lite, pg_store.connect() as pg:
         for window in (1, 7, 8, 1000):
-            assert _pg_ids(pg, "天气", plan, window) == _sqlite_ids(lite, plan, window)
-        assert _pg_ids(pg, "天气", plan, 7) == {12}  # only the newest 7 ids are read
+            assert _pg_ids(pg, plan, window) == _sqlite_ids(lite, plan, window)
+        assert _pg_ids(pg, plan, 7) == {12}  # only the newest 7 ids are read
 
 
 @pytest.mark.parametrize("query, expected", [
