@@ -31,7 +31,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -471,6 +471,15 @@ def is_connection_lost(exc: BaseException) -> bool:
     return False
 
 
+def raise_translated(exc: BaseException, path: object) -> NoReturn:
+    """Raise the package's own error for a driver error (:func:`translate_error`), or
+    ``exc`` itself when it has none; called in the handler that caught ``exc``."""
+    mapped = translate_error(exc, path)
+    if mapped is None:
+        raise exc
+    raise mapped from exc
+
+
 def translate_error(exc: BaseException, path: object) -> BaseException | None:
     """Map a driver error to the package's own error (which says what to do), or
     None to re-raise as is. The one place that reads SQLite's result codes; psycopg's
@@ -596,17 +605,11 @@ class WriteUnits:
                     raise
                 transient = is_transient_error(exc)
                 if not transient and not is_connection_lost(exc):
-                    mapped = translate_error(exc, self.label)
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
+                    raise_translated(exc, self.label)
                 if attempt == policy.attempts:
                     if transient:
                         raise StoreBusyError(self.label, attempt, exc.orig) from exc
-                    mapped = translate_error(exc, self.label)  # the server stayed away
-                    if mapped is not None:
-                        raise mapped from exc
-                    raise
+                    raise_translated(exc, self.label)  # the server stayed away
                 self.retries += 1
                 time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
                 continue
@@ -719,10 +722,7 @@ def vacuum(engine: Engine, label: object) -> None:
         try:
             postgres.vacuum(engine, [table.name for table in metadata.sorted_tables])
         except sa.exc.DBAPIError as exc:
-            mapped = translate_error(exc, label)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            raise_translated(exc, label)
         return
     try:
         with autocommit(engine).connect() as conn:
@@ -730,10 +730,7 @@ def vacuum(engine: Engine, label: object) -> None:
     except sa.exc.OperationalError as exc:
         if is_busy_error(exc):
             raise StoreBusyError(label, 1, exc.orig) from exc
-        mapped = translate_error(exc, label)
-        if mapped is not None:
-            raise mapped from exc
-        raise
+        raise_translated(exc, label)
 
 
 def _wal_needs_verifying(path: Path) -> bool:

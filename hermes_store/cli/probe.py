@@ -75,7 +75,7 @@ def read_engine(target: "Target") -> Iterator["sa.Engine"]:
     on exit. Driver errors become the package's errors (they name the database)."""
     import sqlalchemy as sa
 
-    from ..engine import create_engine, reader, translate_error
+    from ..engine import create_engine, raise_translated, reader
 
     if target.is_sqlite:
         engine = create_engine(target.path, read_only=True, journal_mode=None,
@@ -87,10 +87,7 @@ def read_engine(target: "Target") -> Iterator["sa.Engine"]:
     try:
         yield reader(engine)
     except sa.exc.DBAPIError as exc:
-        mapped = translate_error(exc, target)
-        if mapped is None:
-            raise
-        raise mapped from exc
+        raise_translated(exc, target)
     finally:
         engine.dispose()
 

@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..engine import (BEGIN_MODE, HeldConnections, PooledConnections, WriteUnits, transaction,
-                      translate_error)
+from ..engine import (BEGIN_MODE, HeldConnections, PooledConnections, WriteUnits,
+                      raise_translated, transaction)
 from ..errors import StoreClosedError, StoreReadOnlyError
 from .prebuilt import Prebuilt
 
@@ -138,17 +138,17 @@ class RepositoryBase:
         readers = self._readers_open()
         try:
             if readers.held:
-                yield from self._snapshot(readers.get())
+                with self._snapshot(readers.get()) as conn:
+                    yield conn
             else:
-                with readers.checkout() as conn:
-                    yield from self._snapshot(conn)
+                with readers.checkout() as conn, self._snapshot(conn):
+                    yield conn
         except sa.exc.DBAPIError as exc:
-            mapped = translate_error(exc, self.target)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            raise_translated(exc, self.target)
 
+    @contextmanager
     def _snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
+        """One read transaction on ``conn``, joined by the doors this thread uses inside."""
         with transaction(conn):  # BEGIN DEFERRED (PostgreSQL: REPEATABLE READ, READ ONLY)
             self._snapshots.conn = conn
             try:
@@ -173,10 +173,7 @@ class RepositoryBase:
             with singles.checkout() as conn:
                 return statement.rows_alone(conn, values)
         except sa.exc.DBAPIError as exc:
-            mapped = translate_error(exc, self.target)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            raise_translated(exc, self.target)
 
     def _read_lazily(self, fn: Callable[[LazyReads], T]) -> T:
         """``fn(reads)``, every data statement it reads in one snapshot, paying for the
@@ -198,10 +195,7 @@ class RepositoryBase:
             with singles.checkout() as conn:
                 return self._lazily_on(conn, fn)
         except sa.exc.DBAPIError as exc:
-            mapped = translate_error(exc, self.target)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            raise_translated(exc, self.target)
 
     def _lazily_on(self, conn: sa.Connection, fn: Callable[[LazyReads], T]) -> T:
         """``_read_lazily`` on an autocommit connection of ``_singles``."""
@@ -213,12 +207,8 @@ class RepositoryBase:
         # run without one left no transaction behind)
         conn.execution_options(**{BEGIN_MODE: "DEFERRED"})
         try:
-            with transaction(conn):  # REPEATABLE READ, READ ONLY
-                self._snapshots.conn = conn
-                try:
-                    return fn(LazyReads(conn, True))
-                finally:
-                    self._snapshots.conn = None
+            with self._snapshot(conn):
+                return fn(LazyReads(conn, True))
         finally:
             conn.execution_options(**{BEGIN_MODE: None})
 
