@@ -50,7 +50,7 @@ from alembic.operations import Operations
 from alembic.script import ScriptDirectory
 from sqlalchemy.pool import StaticPool
 
-from . import errors, location
+from . import errors, location, telegram_schema
 from .engine import translate_error
 from .revisions import migrations_dir
 
@@ -789,8 +789,8 @@ def _rebuild_fts(conn, target: _Shape, scripts: ScriptDirectory, revision: str) 
 # (plain `alembic upgrade head` still works), upgrade() never creates them, and the
 # topic tables stay out of the v30 head schema. See docs/migrations.md.
 
-#: the branch's Alembic scripts (env.py, versions/t00N_….py)
-TELEGRAM_TOPICS_DIR = MIGRATIONS_DIR / "telegram_topics"
+#: the branch's Alembic scripts (env.py, versions/t00N_….py), named after the branch
+TELEGRAM_TOPICS_DIR = MIGRATIONS_DIR / telegram_schema.BRANCH
 #: Alembic's `context` is a process-wide proxy: two threads' stores opting in at once
 #: (each inside its own write unit, on its own file or after the other) take turns
 _ALEMBIC_RUN = threading.RLock()

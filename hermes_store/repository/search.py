@@ -516,8 +516,8 @@ class SearchMixin(RepositoryBase):
         values = {**values, **_numbered("term", [like_containing(t) for t in terms]),
                   "scan_rows": max(0, int(self.short_query_scan_rows))}
         if sql.page_first:
-            rows = _dicts(_like_rows(shape, len(terms)), reads.rows(
-                _like_rows(shape, len(terms)), values))
+            statement = _like_rows(shape, len(terms))
+            rows = _dicts(statement, reads.rows(statement, values))
         else:
             page = [row[0] for row in reads.rows(_like_page(shape, len(terms)), values)]
             if not page:
