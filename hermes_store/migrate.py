@@ -518,6 +518,13 @@ def _is_fts_object(name: str) -> bool:
     return is_fts_object(name)
 
 
+def read_only_command(context) -> bool:
+    """Whether the Alembic command running an env.py only reads: ``alembic current`` and
+    ``history`` pass ``dont_mutate=True``, and must not adopt or create anything."""
+    env = getattr(context, "_proxy", None)
+    return bool(env is not None and env.context_opts.get("dont_mutate"))
+
+
 def include_name(name: str | None, type_: str, parent_names) -> bool:
     """Autogenerate filter of the main chain: FTS tables/shadows/views are checked by the
     golden sqlite_master test, the Telegram topic branch's tables by its own check

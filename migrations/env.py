@@ -91,15 +91,9 @@ def _configure(connection) -> None:
     )
 
 
-def _read_only_command() -> bool:
-    # `alembic current` / `history` pass dont_mutate=True: they must not adopt or create.
-    env = getattr(context, "_proxy", None)
-    return bool(env is not None and env.context_opts.get("dont_mutate"))
-
-
 def run_on_connection(connection, where: object) -> None:
     _configure(connection)
-    if not _read_only_command():
+    if not migrate.read_only_command(context):
         migrate.adopt(connection, context.script, where)
     with context.begin_transaction():
         context.run_migrations()
@@ -129,12 +123,12 @@ def run_on_postgres(target: location.Target) -> None:
             on_version_apply=on_version_apply,
         )
 
-    migrate_pg.run_env(context, target, read_only=_read_only_command(), configure=configure)
+    migrate_pg.run_env(context, target, read_only=migrate.read_only_command(context), configure=configure)
 
 
 def run_on_file(path: Path) -> None:
     state = migrate.inspect_file(path)
-    if _read_only_command():
+    if migrate.read_only_command(context):
         if state.kind == "missing":
             log.info("no database at %s", path)
             return

@@ -57,14 +57,9 @@ def _configure(connection) -> None:
     )
 
 
-def _read_only_command() -> bool:
-    env = getattr(context, "_proxy", None)
-    return bool(env is not None and env.context_opts.get("dont_mutate"))
-
-
 def run_on_connection(connection, where: object) -> None:
     _configure(connection)
-    if not _read_only_command():
+    if not migrate.read_only_command(context):
         migrate.adopt_telegram_topics(connection, context.script, where)
     with context.begin_transaction():
         context.run_migrations()
@@ -83,7 +78,7 @@ def _db_path() -> Path:
 
 
 def run_on_file(path: Path) -> None:
-    if _read_only_command():
+    if migrate.read_only_command(context):
         if not path.exists():
             log.info("no database at %s", path)
             return
