@@ -173,3 +173,28 @@ def check_capabilities() -> Library:
             "FTS5 with the trigram tokenizer)"
         )
     return lib
+
+
+def _is_fts_problem(line: str) -> bool:
+    return "fts5" in line.lower()
+
+
+def integrity_problems(conn, pragma: str = "quick_check", limit: int = 100) -> tuple[list[str], list[str]]:
+    """``PRAGMA quick_check`` (or ``integrity_check``) on a DB-API connection, split into
+    (structural problems, full-text index problems); ``([], [])`` for a whole file.
+
+    SQLite 3.44 and later check FTS5 tables in these pragmas too, and report an index
+    that is out of step with its content as "malformed inverted index for FTS5 table …"
+    — e.g. a trigram index an older SQLite built over text holding a NUL, which it
+    tokenized only up to the NUL (upstream's multimodal ``\\x00json:`` rows). The
+    full-text indexes are derived data, rebuilt from ``messages`` (migrations do,
+    ``maintenance doctor --fix`` does): damage there is not damage to the file. Older
+    libraries never report these lines, so the split keeps both libraries' verdicts on
+    the file the same.
+    """
+    rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
+    if rows == ["ok"]:
+        return [], []
+    structural = [r for r in rows if not _is_fts_problem(r)]
+    fts = [r for r in rows if _is_fts_problem(r)]
+    return structural, fts
