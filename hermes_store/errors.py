@@ -148,6 +148,11 @@ class CommitOutcomeUnknownError(HermesStoreError):
     twice); the caller must look before writing again."""
 
 
+class CopyError(HermesStoreError):
+    """``db copy`` cannot start or go on (a non-empty destination, another copy's
+    progress record, data the destination cannot hold…); the message says what to do."""
+
+
 # --------------------------------------------------------------------------- SQLite itself (issue 20)
 
 
