@@ -46,6 +46,10 @@ class OpenedStore:
     label: object
     readers: "HeldConnections | PooledConnections"
     singles: "HeldConnections | PooledConnections | None" = None
+    #: is the database still the one opened? ``check()`` raises the package's error,
+    #: ``replaced()`` answers, ``settle()`` runs at close (SQLite: the file's identity,
+    #: ``backends/sqlite/identity.py``); None where nothing can replace it (a server)
+    guard: Any = None
 
 
 class Backend:
@@ -102,7 +106,8 @@ class Backend:
                    max_overflow: int | None) -> OpenedStore:
         """Everything ``SessionDB`` needs before its first call: the database checked
         (refused with a clear error when it cannot be used), its schema at head (or the
-        error naming the command to run), the engine and the read connections."""
+        error naming the command to run), the engine and the read connections. A backend
+        that stores files also takes ``journal_mode`` (``SessionDB(journal_mode=…)``)."""
         raise NotImplementedError
 
     def inspection_engine(self, target: "Target") -> Engine:

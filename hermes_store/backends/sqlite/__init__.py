@@ -72,10 +72,19 @@ class SQLiteBackend(Backend):
     # ------------------------------------------------------------------ engines
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
-                   max_overflow=None) -> OpenedStore:
+                   max_overflow=None, journal_mode=None) -> OpenedStore:
+        from . import journal
+
+        # An explicit journal mode reaches the migration that may create the file, too.
+        with journal.requesting(journal_mode):
+            return self._open_file(target.path, read_only=read_only,
+                                   auto_upgrade=auto_upgrade, retry=retry,
+                                   journal_mode=journal_mode)
+
+    def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode) -> OpenedStore:
         from ...connections import HeldConnections
         from ...errors import SchemaOutOfDateError, StoreNotFoundError
-        from .engine import create_engine
+        from .engine import AUTO, create_engine
         from .files import (
             check_not_symlink,
             create_private_file,
@@ -83,9 +92,9 @@ class SQLiteBackend(Backend):
             make_private,
             upgrade_hint,
         )
+        from .identity import FileWatch
         from .repair import probe_or_heal
 
-        path = target.path
         check_not_symlink(path)
         if not path.exists():
             if read_only:
@@ -100,8 +109,12 @@ class SQLiteBackend(Backend):
             make_private(path)
         probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
         ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
-        engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout)
-        return OpenedStore(engine, path, HeldConnections(engine))
+        # The file as opened: write units, checkpoints, VACUUM and new connections check
+        # it is still the one at the path (a rename over it: StoreReplacedError).
+        watch = FileWatch(path, set_aside=not read_only)
+        engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout,
+                               journal_mode=journal_mode or AUTO, watch=watch)
+        return OpenedStore(engine, path, HeldConnections(engine), guard=watch)
 
     def inspection_engine(self, target) -> sa.Engine:
         from .engine import create_engine
@@ -198,8 +211,12 @@ class SQLiteBackend(Backend):
 
     def describe(self, target) -> dict:
         from .backup import journal_mode
+        from .filesystem import detect
+        from .library import library
 
-        return {"journal_mode": journal_mode(target.path)}
+        return {"journal_mode": journal_mode(target.path),
+                "sqlite_library": library().as_dict(),
+                "filesystem": detect(target.path).as_dict()}
 
     def size_bytes(self, conn, target) -> int | None:
         path = target.path

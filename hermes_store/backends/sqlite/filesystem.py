@@ -104,7 +104,7 @@ class Filesystem:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "fstype": self.fstype,
                 "mount_point": self.mount.mount_point if self.mount else None,
-                "wal_safe": self.wal_safe}
+                "wal_safe": self.wal_safe, "summary": f"{self.fstype or 'unknown'} ({self.kind})"}
 
 
 def _unescape(field: str) -> str:

@@ -68,15 +68,20 @@ class FileIdentity:
 class FileWatch:
     """The identity of one database file, recorded when created (at the store's open).
 
-    ``check()`` costs one ``stat`` (about a microsecond).
+    ``check()`` costs one ``stat`` (about a microsecond). With ``set_aside=True`` (a
+    writable store) the first ``check()`` that finds the file replaced also moves the
+    old file's log out of the new file's way (``set_aside_sidecars``).
     """
 
-    __slots__ = ("path", "identity")
+    __slots__ = ("path", "identity", "_set_aside", "moved")
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, set_aside: bool = False) -> None:
         self.path = Path(path)
         #: None: nothing to compare with (the check then always passes)
         self.identity = FileIdentity.of(self.path)
+        self._set_aside = set_aside
+        #: the sidecars moved aside when the replacement was found
+        self.moved: list[Path] = []
 
     def problem(self) -> str | None:
         """What changed at the path, or None while it is still the recorded file."""
@@ -97,12 +102,26 @@ class FileWatch:
     def replaced(self) -> bool:
         return self.problem() is not None
 
+    def settle(self) -> str | None:
+        """At close: what changed (None: nothing), moving the old log aside as ``check``
+        would, without raising."""
+        from ...errors import StoreReplacedError
+
+        try:
+            self.check()
+        except StoreReplacedError as exc:
+            return str(exc)
+        return None
+
     def check(self) -> None:
         """Raise ``StoreReplacedError`` when the path holds another file (or none)."""
         problem = self.problem()
         if problem is not None:
             from ...errors import StoreReplacedError
 
+            if self._set_aside:
+                self._set_aside = False  # once: later checks find nothing of ours there
+                self.moved = set_aside_sidecars(self.path)
             raise StoreReplacedError(self.path, problem)
 
 

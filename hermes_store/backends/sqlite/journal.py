@@ -2,9 +2,10 @@
 
 ``plan(path, explicit=None) -> JournalPlan`` decides once per open:
 
-1. an explicit setting wins either way: ``SessionDB(journal_mode=…)`` (``explicit``),
-   else ``HERMES_STATE_JOURNAL_MODE`` (``hermes-store --journal-mode`` sets it for its
-   process) — ``wal`` or ``delete``;
+1. an explicit setting wins either way: ``SessionDB(journal_mode=…)`` (``explicit``, or
+   ``requesting(mode)`` around the open, so the migration that creates a new file gives
+   it the same mode), else ``HERMES_STATE_JOURNAL_MODE`` (``hermes-store
+   --journal-mode`` sets it for its process) — ``wal`` or ``delete``;
 2. else the filesystem under the file (``filesystem.detect``): WAL on a local disk or
    where it cannot be told (fails open), DELETE on a VM share (virtiofs, 9p) or a
    network filesystem (NFS, SMB, sshfs, …), with one warning per file and process.
@@ -19,6 +20,8 @@ using it and run ``hermes-store maintenance journal-mode delete``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -34,6 +37,9 @@ MODES = ("wal", "delete")
 #: messages SQLite gives when a filesystem refuses WAL's shared memory outright
 _WAL_REFUSED = ("locking protocol", "not authorized", "disk i/o error")
 
+#: the explicit mode of the open in progress on this thread (``requesting``)
+_REQUESTED: contextvars.ContextVar[str | None] = contextvars.ContextVar("hermes_journal_mode",
+                                                                        default=None)
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
@@ -69,11 +75,21 @@ class JournalPlan:
                 f"`hermes-store --db {path} maintenance journal-mode delete`")
 
 
+@contextlib.contextmanager
+def requesting(mode: str | None):
+    """Every ``plan`` made inside (the open's migrations too) takes ``mode`` as explicit."""
+    token = _REQUESTED.set(normalize(mode))
+    try:
+        yield
+    finally:
+        _REQUESTED.reset(token)
+
+
 def plan(path, explicit: str | None = None, *, mountinfo: str | None = None,
          kernel: str | None = None) -> JournalPlan:
     """The journal mode for the store at ``path`` (see the module docstring)."""
     fs = filesystem.detect(path, mountinfo=mountinfo, kernel=kernel)
-    mode = normalize(explicit)
+    mode = normalize(explicit) or _REQUESTED.get()
     if mode is not None:
         return JournalPlan(mode, "argument", fs)
     mode = normalize(os.environ.get(ENV), source=ENV)

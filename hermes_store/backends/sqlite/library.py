@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 from dataclasses import dataclass
 from types import ModuleType
+
+log = logging.getLogger("hermes_store.backends.sqlite")
 
 #: picks the library: "pysqlite3" or "sqlite3"; unset = automatic
 ENV = "HERMES_STATE_SQLITE_MODULE"
@@ -81,10 +84,15 @@ class Library:
         state = "has the WAL-reset fix" if self.has_wal_reset_fix else "affected by the WAL-reset bug"
         return f"{self.name} (SQLite {self.version_text}, {state})"
 
+    def summary(self) -> str:
+        """One line for ``status``: what :meth:`describe` says, and what to install."""
+        text = self.describe()
+        return text if self.has_wal_reset_fix else f"{text[:-1]}: {INSTALL_HINT})"
+
     def as_dict(self) -> dict:
         return {"name": self.name, "sqlite_version": self.version_text,
                 "wal_reset_fix": self.has_wal_reset_fix, "chosen_by": self.chosen_by,
-                "advice": self.advice()}
+                "advice": self.advice(), "summary": self.summary()}
 
 
 def _import(name: str) -> ModuleType | None:
@@ -159,6 +167,15 @@ def dbapi() -> ModuleType:
 def connect(database, **kwargs):
     """A raw connection from the chosen library (``sqlite3.connect``'s arguments)."""
     return dbapi().connect(database, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def warn_if_affected() -> None:
+    """Log once per process when the library has the WAL-reset bug (the store still
+    runs, in WAL: see docs/operations.md, "Which SQLite")."""
+    advice = library().advice()
+    if advice:
+        log.warning("%s", advice)
 
 
 def check_capabilities() -> Library:

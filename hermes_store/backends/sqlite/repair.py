@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -53,6 +52,13 @@ from ...errors import (
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .files import probe_database
+from .identity import FileWatch
+from .library import dbapi as _dbapi
+from .library import integrity_problems
+
+#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
+#: per process)
+sqlite3 = _dbapi()
 
 log = logging.getLogger(__name__)
 
@@ -314,12 +320,12 @@ def _verify(p: Path, backup: list[Path]) -> None:
     conn = sqlite3.connect(p, isolation_level=None, timeout=DEFAULT_BUSY_TIMEOUT)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+        problems, _fts = integrity_problems(conn, "integrity_check")
     except sqlite3.DatabaseError as exc:
         problems = [str(exc)]
     finally:
         conn.close()
-    if problems != ["ok"]:
+    if problems:
         raise DatabaseDamagedError(
             f"{p}: the duplicated full-text schema entries were removed, but the file is still "
             f"damaged ({'; '.join(problems[:3])}). The file as it was before is kept at "

@@ -7,10 +7,14 @@ migrations (``backends/sqlite/migrate``), which adopt, upgrade or refuse the fil
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 from ...revisions import head
+from .library import dbapi as _dbapi
+
+#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
+#: per process)
+sqlite3 = _dbapi()
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:
