@@ -15,7 +15,6 @@ from hermes_store.backends.sqlite.identity import FileIdentity, FileWatch, set_a
 from hermes_store.backends.sqlite.library import connect
 from hermes_store.errors import StoreReplacedError
 
-pytestmark = pytest.mark.stdlib_sqlite
 
 
 def _db(path, table: str):

@@ -11,7 +11,6 @@ from hermes_store.backends.sqlite import journal
 from hermes_store.backends.sqlite.library import connect
 from hermes_store.errors import InvalidArgumentError
 
-pytestmark = pytest.mark.stdlib_sqlite
 
 
 def _mountinfo(folder, fstype: str, source: str = "server:/export") -> str:

@@ -16,7 +16,6 @@ from hermes_store.backends.sqlite import library as lib_mod
 from hermes_store.backends.sqlite.library import ENV, WAL_RESET_FIX, Library
 from hermes_store.errors import SQLiteLibraryError
 
-pytestmark = pytest.mark.stdlib_sqlite
 
 
 def _in_child(env_value: str | None) -> dict:

@@ -24,7 +24,6 @@ from hermes_store.backends.sqlite.library import WAL_RESET_FIX, connect, library
 from hermes_store.cli import app
 from hermes_store.errors import StoreReplacedError
 
-pytestmark = pytest.mark.stdlib_sqlite
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -197,7 +196,7 @@ def _new_file(folder: Path, name: str = "incoming.db") -> Path:
 
 
 def test_replace_by_rename_under_an_open_store(tmp_path, monkeypatch):
-    from hermes_store import schema_repair
+    from hermes_store.backends.sqlite import repair as schema_repair
 
     path = tmp_path / "state.db"
     db = SessionDB(path)
@@ -313,3 +312,34 @@ def test_replace_by_rename_under_two_writer_processes(tmp_path):
     with SessionDB(path) as fresh:
         assert fresh.get_session("w1") is None and fresh.get_session("w2") is None
         assert [m["content"] for m in fresh.get_messages("restored")] == ["from the backup"]
+
+
+def test_a_repair_never_heals_a_file_replaced_while_it_ran(tmp_path, monkeypatch):
+    """The duplicated-schema heal (upstream #43149) checks, under its lock and again
+    after its backup copy, that the file is still the one it diagnosed."""
+    from hermes_store.backends.sqlite import repair as schema_repair
+
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    conn = connect(path, isolation_level=None)
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute("INSERT INTO sqlite_master SELECT type, name, tbl_name, rootpage, sql "
+                 "FROM sqlite_master WHERE name = 'messages_fts'")
+    conn.execute("PRAGMA writable_schema=OFF")
+    conn.close()
+    damaged = _sha(path)
+    incoming = _new_file(tmp_path)
+    real_backup = schema_repair._backup
+
+    def backup_then_replace(p):  # a restore lands while the repair copies the file
+        made = real_backup(p)
+        os.rename(p, tmp_path / "was-state.db")
+        os.replace(incoming, p)
+        return made
+
+    monkeypatch.setattr(schema_repair, "_backup", backup_then_replace)
+    sha_new = _sha(incoming)
+    with pytest.raises(StoreReplacedError):
+        schema_repair.repair(path)
+    assert _sha(path) == sha_new                        # the new file untouched
+    assert _sha(tmp_path / "was-state.db") == damaged   # the old one not "healed" either

@@ -14,12 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import HermesStoreError
-from .library import dbapi as _dbapi
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
 
 SIDECARS = ("-wal", "-shm", "-journal")
 

@@ -15,11 +15,9 @@ from typing import Iterator, NoReturn
 import sqlalchemy as sa
 
 from ... import errors
-from .library import dbapi as _dbapi
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 
 def sqlite_error_name(exc: BaseException) -> str:

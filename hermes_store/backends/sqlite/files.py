@@ -17,12 +17,8 @@ from ...errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .stamp import stamped_at_head
-from .library import dbapi as _dbapi
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
 
 #: a non-empty -wal at open is verified with quick_check up to this database size;
 #: beyond it the full scan would make every open slow, so only the schema is read

@@ -164,6 +164,24 @@ def dbapi() -> ModuleType:
     return library().module
 
 
+class _ChosenModule:
+    """``sqlite3`` for a module's own use, resolved on first use (so importing the
+    package never chooses, nor fails on a bad ``HERMES_STATE_SQLITE_MODULE``): every
+    attribute is the chosen library's (``connect``, ``Error``, ``Row``…)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str):
+        return getattr(dbapi(), name)
+
+    def __repr__(self) -> str:
+        return "<the SQLite DB-API module hermes_store runs on>"
+
+
+#: ``from .library import SQLITE as sqlite3``: the chosen DB-API module, looked up lazily
+SQLITE = _ChosenModule()
+
+
 def connect(database, **kwargs):
     """A raw connection from the chosen library (``sqlite3.connect``'s arguments)."""
     return dbapi().connect(database, **kwargs)

@@ -40,11 +40,9 @@ from typing import Callable, Iterator
 from ...errors import NotADatabaseError
 from .backup import SIDECARS, RecoveryError
 from .backup import integrity as _integrity
-from .library import dbapi as _dbapi
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 #: rows per read while the table reads cleanly
 CHUNK = 1000

@@ -10,11 +10,9 @@ import os
 from pathlib import Path
 
 from ...revisions import head
-from .library import dbapi as _dbapi
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:

@@ -67,11 +67,9 @@ from ....fts.layout import (
     TRIGRAM_EXCLUDED_SOURCES,
     TRIGRAM_TABLE,
 )
-from ..library import dbapi as _dbapi
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from ..library import SQLITE as sqlite3
 
 log = logging.getLogger(__name__)
 

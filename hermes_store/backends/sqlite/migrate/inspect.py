@@ -20,12 +20,8 @@ from .... import errors
 from ....migrate.scripts import scripts
 from ...base import StoreState
 from ..errors import sqlite_errors
-from ..library import dbapi as _dbapi
+from ..library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from ..library import integrity_problems
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
 
 
 def _head_number(scripts: ScriptDirectory) -> int:

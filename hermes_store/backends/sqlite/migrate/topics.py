@@ -35,11 +35,9 @@ from ....migrate.topics import (
 from ..errors import sqlite_errors
 from .adopt import heal, join_or_begin, revision_shape
 from .inspect import inspect_file
-from ..library import dbapi as _dbapi
-
-#: the package's SQLite library (library.py): never `import sqlite3` (one copy of SQLite
-#: per process)
-sqlite3 = _dbapi()
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from ..library import SQLITE as sqlite3
 
 log = logging.getLogger(__name__)
 
