@@ -18,12 +18,19 @@ from hermes_store.errors import SQLiteLibraryError
 
 
 
-def _in_child(env_value: str | None) -> dict:
-    """library() as a fresh process sees it with HERMES_STATE_SQLITE_MODULE=env_value."""
+def _in_child(env_value: str | None, store: str | None = None) -> dict:
+    """library() as a fresh process sees it with HERMES_STATE_SQLITE_MODULE=env_value
+    (after writing to and searching a store at ``store``, when given)."""
     env = {k: v for k, v in os.environ.items() if k != ENV}
     if env_value is not None:
         env[ENV] = env_value
     code = ("import json, sys\n"
+            "if len(sys.argv) > 1:\n"
+            "    from hermes_store import SessionDB\n"
+            "    with SessionDB(sys.argv[1]) as db:\n"
+            "        db.create_session('s', source='cli')\n"
+            "        db.append_message('s', role='user', content='hello there')\n"
+            "        assert db.search_messages('hello')\n"
             "from hermes_store.backends.sqlite.library import library\n"
             "try:\n"
             "    lib = library()\n"
@@ -31,8 +38,8 @@ def _in_child(env_value: str | None) -> dict:
             "    print(json.dumps({'error': type(exc).__name__, 'message': str(exc)})); sys.exit()\n"
             "print(json.dumps(dict(lib.as_dict(), module=lib.module.__name__,\n"
             "                      stdlib_loaded='sqlite3' in sys.modules)))\n")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code, *([store] if store else [])], env=env,
+                         capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
 
@@ -45,13 +52,13 @@ def _has_pysqlite3() -> bool:
 
 
 @pytest.mark.skipif(not _has_pysqlite3(), reason="pysqlite3 has no wheel for this platform")
-def test_a_clean_install_runs_on_a_fixed_library():
-    got = _in_child(None)
+def test_a_clean_install_runs_on_a_fixed_library(tmp_path):
+    got = _in_child(None, str(tmp_path / "state.db"))
     assert got["name"] == "pysqlite3" and got["module"] == "pysqlite3.dbapi2"
     assert got["wal_reset_fix"] is True and got["advice"] is None
     assert tuple(map(int, got["sqlite_version"].split("."))) >= WAL_RESET_FIX
-    # the standard library's copy of SQLite is not even imported (two copies of SQLite
-    # in one process drop each other's POSIX locks)
+    # after a store wrote and searched, the standard library's copy of SQLite is not
+    # even imported (two copies of SQLite in one process drop each other's POSIX locks)
     assert got["stdlib_loaded"] is False
 
 
