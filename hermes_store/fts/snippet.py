@@ -1,0 +1,178 @@
+"""FTS5's ``snippet()``, computed in Python from the row's indexed text.
+
+SQLite writes a search hit's snippet in SQL (``snippet(messages_fts, -1, '>>>', '<<<',
+'...', 40)``). An engine whose index cannot (PostgreSQL: ``ts_headline`` parses the
+whole text again on the server, ~0.1 ms a row, and marks the words *its* parser sees,
+not the index's) gets the same snippet here, from the same columns and the same
+phrases, by the same rules:
+
+* a document is split into tokens where the word index splits it: runs of letters and
+  digits (FTS5's ``unicode61``; the PostgreSQL layout splits the same way), compared
+  lower-cased;
+* a phrase instance is a run of tokens equal to the phrase's words (the last one a
+  prefix for ``term*``); overlapping or touching instances are marked as one
+  ``>>>…<<<``, so a phrase is marked whole (``>>>docker compose<<<``) as FTS5 marks it;
+* the column with the best window is chosen (content — a tool row's indexed prefix —,
+  tool name, tool calls), then a window of 40 tokens: scored by the instances it holds
+  (1,000 for each phrase's first, 1 for every other), centred on them, or started at
+  a sentence (after ``.`` or ``:``) for a bonus, as ``fts5SnippetFunction`` does;
+* the text runs from the window's first token to its last, with ``...`` where the
+  column goes on; a window at the column's start or end keeps the text before or after.
+
+``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
+``snippet()`` over generated rows and queries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .query import SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_OPEN, SNIPPET_TOKENS
+
+#: a token: a run of letters and digits (the word index's split)
+TOKEN = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """One phrase of a query: its words (lower-cased); ``prefix``: the last word is a
+    prefix (``term*``)."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+
+
+def _instances(tokens: list[str], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
+    """(position, phrase number, length) of every phrase instance, by position."""
+    found = []
+    n = len(tokens)
+    for number, phrase in enumerate(phrases):
+        words, size = phrase.words, len(phrase.words)
+        if not size:
+            continue
+        first = words[0]
+        if size == 1 and phrase.prefix:
+            starts = [i for i, t in enumerate(tokens) if t.startswith(first)]
+        else:
+            starts = [i for i, t in enumerate(tokens) if t == first and i + size <= n]
+        middle, last = list(words[1:-1]), words[-1]
+        for at in starts:
+            if size > 1:
+                end = tokens[at + size - 1]
+                if tokens[at + 1:at + size - 1] != middle or not (
+                        end.startswith(last) if phrase.prefix else end == last):
+                    continue
+            found.append((at, number, size))
+    found.sort()
+    return found
+
+
+def _score(instances, phrases: int, start: int, width: int, size: int):
+    """A window's score (1,000 per phrase seen first, 1 per repeat) and the start that
+    centres its instances (kept inside the column)."""
+    seen = [False] * phrases
+    score, first, last = 0, -1, 0
+    for at, number, length in instances:
+        if start <= at < start + width:
+            score += 1 if seen[number] else 1000
+            seen[number] = True
+            if first < 0:
+                first = at
+            last = at + length
+    spare = width - (last - first)
+    centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
+    if centred + width > size:
+        centred = size - width
+    return score, max(centred, 0)
+
+
+def _sentences(text: str, spans: list[tuple[int, int]]) -> list[int]:
+    """Token positions that start a sentence: the first, and any after ``.``/``:`` and
+    blank space."""
+    starts = []
+    for position, (begin, _) in enumerate(spans):
+        if position == 0:
+            starts.append(0)
+            continue
+        i = begin - 1
+        while i >= 0 and text[i] in " \t\n\r":
+            i -= 1
+        if i != begin - 1 and i >= 0 and text[i] in ".:":
+            starts.append(position)
+    return starts
+
+
+def _coalesced(instances) -> list[tuple[int, int]]:
+    """Instances as (first, last) token runs, overlapping ones merged."""
+    runs: list[list[int]] = []
+    for at, _, length in instances:
+        end = at + length - 1
+        if runs and at <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([at, end])
+    return [tuple(r) for r in runs]
+
+
+def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
+            width: int = SNIPPET_TOKENS, open_mark: str = SNIPPET_OPEN,
+            close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> str:
+    """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
+    query made of ``phrases`` (the positive ones: what is marked)."""
+    parsed = []
+    best = (0, 0, 0)  # (score, column, start)
+    for column, text in enumerate(columns):
+        text = text if isinstance(text, str) else ""
+        matches = list(TOKEN.finditer(text))
+        tokens = [m.group().lower() for m in matches]
+        spans = [m.span() for m in matches]
+        instances = _instances(tokens, phrases)
+        parsed.append((text, spans, instances))
+        size = len(tokens)
+        starts = _sentences(text, spans) if size > width else []
+        for at, _, _ in instances:
+            score, start = _score(instances, len(phrases), at, width, size)
+            if score > best[0]:
+                best = (score, column, start)
+            if starts:
+                j = 0
+                while j < len(starts) - 1 and starts[j + 1] <= at:
+                    j += 1
+                if starts[j] < at:
+                    score, _ = _score(instances, len(phrases), starts[j], width, size)
+                    score += 120 if starts[j] == 0 else 100
+                    if score > best[0]:
+                        best = (score, column, starts[j])
+    if not parsed:
+        return ""
+    _, column, start = best
+    text, spans, instances = parsed[column]
+    last = start + width - 1
+    runs = [r for r in _coalesced(instances) if r[0] >= start]
+    out = [ellipsis] if start > 0 else []
+    offset = 0
+    run = 0
+    for position in range(start, min(last, len(spans) - 1) + 1):
+        begin, end = spans[position]
+        if position == start and start:
+            offset = begin
+        current = runs[run] if run < len(runs) else None
+        if current and position == current[0]:
+            out += [text[offset:begin], open_mark]
+            offset = begin
+        if current and position == current[1]:
+            out += [text[offset:end], close_mark]
+            offset = end
+            run += 1
+        if position == last:
+            out.append(text[offset:end])
+            offset = end
+            if current and current[0] <= position < current[1]:
+                out.append(close_mark)
+    if last >= len(spans) - 1:
+        out.append(text[offset:])
+    else:
+        out.append(ellipsis)
+    return "".join(out)
