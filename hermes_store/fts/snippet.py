@@ -33,6 +33,19 @@ from .query import SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_OPEN, SNIPPET_TOKENS
 
 #: a token: a run of letters and digits (the word index's split)
 TOKEN = re.compile(r"[^\W_]+")
+#: the same on ASCII text, where it is several times faster
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+", re.IGNORECASE)
+
+
+def _tokens(text: str) -> list[str]:
+    if text.isascii():
+        return _ASCII_TOKEN.findall(text.lower())
+    return [t.lower() for t in TOKEN.findall(text)]
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    pattern = _ASCII_TOKEN if text.isascii() else TOKEN
+    return [m.span() for m in pattern.finditer(text)]
 
 
 @dataclass(frozen=True)
@@ -121,17 +134,16 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
             close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> str:
     """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
     query made of ``phrases`` (the positive ones: what is marked)."""
-    parsed = []
+    texts = [text if isinstance(text, str) else "" for text in columns]
+    found = []
     best = (0, 0, 0)  # (score, column, start)
-    for column, text in enumerate(columns):
-        text = text if isinstance(text, str) else ""
-        matches = list(TOKEN.finditer(text))
-        tokens = [m.group().lower() for m in matches]
-        spans = [m.span() for m in matches]
-        instances = _instances(tokens, phrases)
-        parsed.append((text, spans, instances))
+    for column, text in enumerate(texts):
+        tokens = _tokens(text) if text else []
+        instances = _instances(tokens, phrases) if tokens else []
         size = len(tokens)
-        starts = _sentences(text, spans) if size > width else []
+        spans = _spans(text) if instances and size > width else None
+        found.append((spans, instances))
+        starts = _sentences(text, spans) if spans else []
         for at, _, _ in instances:
             score, start = _score(instances, len(phrases), at, width, size)
             if score > best[0]:
@@ -145,10 +157,12 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
                     score += 120 if starts[j] == 0 else 100
                     if score > best[0]:
                         best = (score, column, starts[j])
-    if not parsed:
+    if not texts:
         return ""
     _, column, start = best
-    text, spans, instances = parsed[column]
+    text, (spans, instances) = texts[column], found[column]
+    if spans is None:
+        spans = _spans(text)
     last = start + width - 1
     runs = [r for r in _coalesced(instances) if r[0] >= start]
     out = [ellipsis] if start > 0 else []
