@@ -25,6 +25,8 @@ phrases, by the same rules:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -43,9 +45,14 @@ def _tokens(text: str) -> list[str]:
     return [t.lower() for t in TOKEN.findall(text)]
 
 
-def _spans(text: str) -> list[tuple[int, int]]:
+def _spans(text: str, upto: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) of the tokens (the first ``upto`` of them)."""
     pattern = _ASCII_TOKEN if text.isascii() else TOKEN
-    return [m.span() for m in pattern.finditer(text)]
+    return [m.span() for m in itertools.islice(pattern.finditer(text), upto)]
+
+
+#: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
+_SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,18 @@ class Phrase:
     prefix: bool = False
 
 
+def _positions(tokens: list[str], word: str, prefix: bool) -> list[int]:
+    if prefix:
+        return [i for i, t in enumerate(tokens) if t.startswith(word)]
+    found, at, index = [], -1, tokens.index
+    try:
+        while True:  # list.index: the scan runs in C
+            at = index(word, at + 1)
+            found.append(at)
+    except ValueError:
+        return found
+
+
 def _instances(tokens: list[str], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
     """(position, phrase number, length) of every phrase instance, by position."""
     found = []
@@ -65,19 +84,17 @@ def _instances(tokens: list[str], phrases: Sequence[Phrase]) -> list[tuple[int, 
         words, size = phrase.words, len(phrase.words)
         if not size:
             continue
-        first = words[0]
-        if size == 1 and phrase.prefix:
-            starts = [i for i, t in enumerate(tokens) if t.startswith(first)]
-        else:
-            starts = [i for i, t in enumerate(tokens) if t == first and i + size <= n]
+        if size == 1:
+            found += [(at, number, 1) for at in _positions(tokens, words[0], phrase.prefix)]
+            continue
         middle, last = list(words[1:-1]), words[-1]
-        for at in starts:
-            if size > 1:
-                end = tokens[at + size - 1]
-                if tokens[at + 1:at + size - 1] != middle or not (
-                        end.startswith(last) if phrase.prefix else end == last):
-                    continue
-            found.append((at, number, size))
+        for at in _positions(tokens, words[0], False):
+            if at + size > n:
+                break
+            end = tokens[at + size - 1]
+            if tokens[at + 1:at + size - 1] == middle and (
+                    end.startswith(last) if phrase.prefix else end == last):
+                found.append((at, number, size))
     found.sort()
     return found
 
@@ -104,16 +121,10 @@ def _score(instances, phrases: int, start: int, width: int, size: int):
 def _sentences(text: str, spans: list[tuple[int, int]]) -> list[int]:
     """Token positions that start a sentence: the first, and any after ``.``/``:`` and
     blank space."""
-    starts = []
-    for position, (begin, _) in enumerate(spans):
-        if position == 0:
-            starts.append(0)
-            continue
-        i = begin - 1
-        while i >= 0 and text[i] in " \t\n\r":
-            i -= 1
-        if i != begin - 1 and i >= 0 and text[i] in ".:":
-            starts.append(position)
+    first_of = {begin: position for position, (begin, _) in enumerate(spans)}
+    starts = [0] if spans else []
+    starts += [first_of[m.end()] for m in _SENTENCE_END.finditer(text)
+               if m.end() in first_of and first_of[m.end()] > 0]
     return starts
 
 
@@ -137,21 +148,23 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
     texts = [text if isinstance(text, str) else "" for text in columns]
     found = []
     best = (0, 0, 0)  # (score, column, start)
+    firsts = [phrase.words[0] for phrase in phrases if phrase.words]
     for column, text in enumerate(texts):
-        tokens = _tokens(text) if text else []
-        instances = _instances(tokens, phrases) if tokens else []
+        if not text or (text.isascii() and not any(w in text.lower() for w in firsts)):
+            found.append((None, [], None))  # no instance can be there
+            continue
+        tokens = _tokens(text)
+        instances = _instances(tokens, phrases)
         size = len(tokens)
         spans = _spans(text) if instances and size > width else None
-        found.append((spans, instances))
+        found.append((spans, instances, size))
         starts = _sentences(text, spans) if spans else []
         for at, _, _ in instances:
             score, start = _score(instances, len(phrases), at, width, size)
             if score > best[0]:
                 best = (score, column, start)
             if starts:
-                j = 0
-                while j < len(starts) - 1 and starts[j + 1] <= at:
-                    j += 1
+                j = bisect.bisect_right(starts, at) - 1
                 if starts[j] < at:
                     score, _ = _score(instances, len(phrases), starts[j], width, size)
                     score += 120 if starts[j] == 0 else 100
@@ -160,15 +173,17 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
     if not texts:
         return ""
     _, column, start = best
-    text, (spans, instances) = texts[column], found[column]
-    if spans is None:
-        spans = _spans(text)
+    text, (spans, instances, size) = texts[column], found[column]
     last = start + width - 1
+    if spans is None:
+        spans = _spans(text, last + 1)
+        if size is None:  # not tokenized: no instance anywhere, the column's start
+            size = len(spans) if len(spans) <= last else len(_tokens(text))
     runs = [r for r in _coalesced(instances) if r[0] >= start]
     out = [ellipsis] if start > 0 else []
     offset = 0
     run = 0
-    for position in range(start, min(last, len(spans) - 1) + 1):
+    for position in range(start, min(last, size - 1) + 1):
         begin, end = spans[position]
         if position == start and start:
             offset = begin
@@ -185,7 +200,7 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
             offset = end
             if current and current[0] <= position < current[1]:
                 out.append(close_mark)
-    if last >= len(spans) - 1:
+    if last >= size - 1:
         out.append(text[offset:])
     else:
         out.append(ellipsis)
