@@ -42,6 +42,6 @@ for extra in sys.argv[3:]:
 for name, sql in variants.items():
     for _ in range(8): rows = conn.execute(sql, params, prepare=True).fetchall()
     ts = []
-    for _ in range(31):
+    for _ in range(61):
         t = time.perf_counter(); rows = conn.execute(sql, params, prepare=True).fetchall(); ts.append(time.perf_counter() - t)
-    print(f"{kind:12s} {name:12s} {statistics.median(ts)*1e3:7.2f} ms rows={len(rows)}")
+    print(f"{kind:12s} {name:12s} median {statistics.median(ts)*1e3:7.2f} ms  min {min(ts)*1e3:6.2f} ms rows={len(rows)}")
