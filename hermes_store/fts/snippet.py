@@ -33,24 +33,10 @@ from typing import Sequence
 
 from .query import SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_OPEN, SNIPPET_TOKENS
 
-#: a token: a run of letters and digits (the word index's split)
-TOKEN = re.compile(r"[^\W_]+")
-#: the same on ASCII text, where it is several times faster
-_ASCII_TOKEN = re.compile(r"[a-z0-9]+", re.IGNORECASE)
-
-
-def _tokens(text: str) -> list[str]:
-    if text.isascii():
-        return _ASCII_TOKEN.findall(text.lower())
-    return [t.lower() for t in TOKEN.findall(text)]
-
-
-def _spans(text: str, upto: int | None = None) -> list[tuple[int, int]]:
-    """(start, end) of the tokens (the first ``upto`` of them)."""
-    pattern = _ASCII_TOKEN if text.isascii() else TOKEN
-    return [m.span() for m in itertools.islice(pattern.finditer(text), upto)]
-
-
+#: a token: a run of letters and digits (the word index's split), kept by ``split``
+_SPLIT = re.compile(r"([^\W_]+)")
+#: the same on (lower-cased) ASCII text, where it is several times faster
+_ASCII_SPLIT = re.compile(r"([a-z0-9]+)")
 #: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
 _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 
@@ -62,6 +48,37 @@ class Phrase:
 
     words: tuple[str, ...]
     prefix: bool = False
+
+
+class _Column:
+    """One column's text split into tokens: ``tokens`` (lower-cased) and ``offsets``
+    (token ``i`` is ``text[offsets[2i + 1]:offsets[2i + 2]]``), by one ``re.split``."""
+
+    __slots__ = ("text", "tokens", "offsets")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        if text.isascii():  # lower() keeps every offset
+            pieces = _ASCII_SPLIT.split(text.lower())
+            self.tokens = pieces[1::2]
+        else:
+            pieces = _SPLIT.split(text)
+            self.tokens = [t.lower() for t in pieces[1::2]]
+        self.offsets = [0, *itertools.accumulate(map(len, pieces))]
+
+    def span(self, position: int) -> tuple[int, int]:
+        return self.offsets[2 * position + 1], self.offsets[2 * position + 2]
+
+    def sentences(self) -> list[int]:
+        """Token positions that start a sentence: the first, and any right after
+        ``.``/``:`` and blank space."""
+        starts = self.offsets[1:-1:2]  # each token's first character
+        found = [0]
+        for m in _SENTENCE_END.finditer(self.text):
+            at = bisect.bisect_left(starts, m.end())
+            if at < len(starts) and starts[at] == m.end() and at > 0:
+                found.append(at)
+        return found
 
 
 def _positions(tokens: list[str], word: str, prefix: bool) -> list[int]:
@@ -118,16 +135,6 @@ def _score(instances, phrases: int, start: int, width: int, size: int):
     return score, max(centred, 0)
 
 
-def _sentences(text: str, spans: list[tuple[int, int]]) -> list[int]:
-    """Token positions that start a sentence: the first, and any after ``.``/``:`` and
-    blank space."""
-    first_of = {begin: position for position, (begin, _) in enumerate(spans)}
-    starts = [0] if spans else []
-    starts += [first_of[m.end()] for m in _SENTENCE_END.finditer(text)
-               if m.end() in first_of and first_of[m.end()] > 0]
-    return starts
-
-
 def _coalesced(instances) -> list[tuple[int, int]]:
     """Instances as (first, last) token runs, overlapping ones merged."""
     runs: list[list[int]] = []
@@ -146,45 +153,43 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
     """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
     query made of ``phrases`` (the positive ones: what is marked)."""
     texts = [text if isinstance(text, str) else "" for text in columns]
-    found = []
+    if not texts:
+        return ""
+    parsed: list[tuple[_Column | None, list]] = []
     best = (0, 0, 0)  # (score, column, start)
     firsts = [phrase.words[0] for phrase in phrases if phrase.words]
-    for column, text in enumerate(texts):
+    for number, text in enumerate(texts):
         if not text or (text.isascii() and not any(w in text.lower() for w in firsts)):
-            found.append((None, [], None))  # no instance can be there
+            parsed.append((None, []))  # no instance can be there
             continue
-        tokens = _tokens(text)
-        instances = _instances(tokens, phrases)
-        size = len(tokens)
-        spans = _spans(text) if instances and size > width else None
-        found.append((spans, instances, size))
-        starts = _sentences(text, spans) if spans else []
+        column = _Column(text)
+        instances = _instances(column.tokens, phrases)
+        parsed.append((column, instances))
+        size = len(column.tokens)
+        starts = column.sentences() if instances and size > width else []
         for at, _, _ in instances:
             score, start = _score(instances, len(phrases), at, width, size)
             if score > best[0]:
-                best = (score, column, start)
+                best = (score, number, start)
             if starts:
                 j = bisect.bisect_right(starts, at) - 1
                 if starts[j] < at:
                     score, _ = _score(instances, len(phrases), starts[j], width, size)
                     score += 120 if starts[j] == 0 else 100
                     if score > best[0]:
-                        best = (score, column, starts[j])
-    if not texts:
-        return ""
-    _, column, start = best
-    text, (spans, instances, size) = texts[column], found[column]
+                        best = (score, number, starts[j])
+    _, number, start = best
+    column, instances = parsed[number]
+    if column is None:  # no instance anywhere: the column's start
+        column = _Column(texts[number])
+    text, size = column.text, len(column.tokens)
     last = start + width - 1
-    if spans is None:
-        spans = _spans(text, last + 1)
-        if size is None:  # not tokenized: no instance anywhere, the column's start
-            size = len(spans) if len(spans) <= last else len(_tokens(text))
     runs = [r for r in _coalesced(instances) if r[0] >= start]
     out = [ellipsis] if start > 0 else []
     offset = 0
     run = 0
     for position in range(start, min(last, size - 1) + 1):
-        begin, end = spans[position]
+        begin, end = column.span(position)
         if position == start and start:
             offset = begin
         current = runs[run] if run < len(runs) else None
