@@ -17,7 +17,8 @@ phrases, by the same rules:
   (1,000 for each phrase's first, 1 for every other), centred on them, or started at
   a sentence (after ``.`` or ``:``) for a bonus, as ``fts5SnippetFunction`` does;
 * the text runs from the window's first token to its last, with ``...`` where the
-  column goes on; a window at the column's start or end keeps the text before or after.
+  column goes on; a window at the column's start or end keeps the text before or after
+  (each piece cut at a NUL character, as FTS5's printf cuts it).
 
 ``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
 ``snippet()`` over generated rows and queries.
@@ -209,4 +210,8 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
         out.append(text[offset:])
     else:
         out.append(ellipsis)
+    if "\x00" in text:
+        # FTS5 appends each piece with printf's "%.*s", which stops at a NUL: a piece
+        # holding one (the "\x00json:" multimodal marker) is cut there
+        out = [piece.split("\x00", 1)[0] for piece in out]
     return "".join(out)
