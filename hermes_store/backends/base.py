@@ -332,6 +332,12 @@ class Migrations:
     #: the first revision a database of this engine runs (None: the chain's base)
     baseline: str | None = None
 
+    def first_step(self, revision: str) -> str | None:
+        """The first revision a new (empty) database runs on its way to ``revision``
+        (None: the chain's base): the baseline, unless the engine creates a new
+        database at ``revision`` in one step."""
+        return self.baseline
+
     def state(self, target: "Target") -> StoreState:
         raise NotImplementedError
 

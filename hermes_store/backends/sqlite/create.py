@@ -1,8 +1,11 @@
 """A new SQLite file at head in one step (decision D18), without Alembic.
 
+    engine = open_new(path, busy_timeout=1.0)   # SessionDB on a file of zero bytes
+    create_file(path)                           # migrate.upgrade of a missing/empty file
+
 An empty file does not need revisions 0001…0030 replayed to reach a schema this package
 already knows: it gets the head schema in one transaction and the stamp with it. The
-statements are ``head_schema``: what the revisions leave in ``sqlite_master``, byte for
+statements are ``head_schema`` (beside this module): what the revisions leave in ``sqlite_master``, byte for
 byte, in the order they created it (tables, indexes, the display-order triggers, the FTS
 views, virtual tables and triggers), the FTS5 ``'rebuild'`` they end with, and the rows
 they write (``alembic_version`` at
@@ -15,18 +18,26 @@ and compares them object by object and row by row, and the frozen text with the
 stairway's). This is Rails' ``structure.sql`` / Alembic's "building an up to date
 database from scratch", with the stairway kept as the proof.
 
-Only a file with no tables at all is created this way, under the migration lock and
-SQLite's write lock (``BEGIN IMMEDIATE``), the emptiness checked again inside: a
-concurrent ``alembic upgrade`` or another process's open either finished first (the
-file then has tables and is left to the usual path) or waits for this one. Adoption of
-existing files and every upgrade run the revisions as before.
+Only a database with no object at all is created this way, under the migration lock
+(``fileops.migration_lock``) and SQLite's write lock (``BEGIN IMMEDIATE``), the emptiness
+checked again inside: a concurrent ``alembic upgrade`` or another process's open either
+finished first (the file then has objects and goes the usual way: at head, or the
+revisions) or waits for this one. Adoption of existing files and every upgrade run the
+revisions as before; ``alembic upgrade head`` itself always climbs the stairway.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
 
 from . import head_schema
+from .fileops import migration_lock
+
+#: what ``migrate.upgrade``'s ``progress`` hears for the one step
+PROGRESS = "head schema created in one step"
 
 
 def create(conn: sqlite3.Connection) -> bool:
@@ -103,7 +114,7 @@ def render(statements: tuple[str, ...], rows: tuple[tuple, ...], revision: str) 
         "``sqlite_master`` stores it, in creation order, then the FTS5 'rebuild' the",
         "revisions end with (it writes each empty index's totals record), and the rows the",
         "revisions write.",
-        "Replayed by ``hermes_store.head_create`` to create a new file in one step (D18).",
+        "Replayed by ``hermes_store.backends.sqlite.create`` to create a new file in one step (D18).",
         "",
         "Generated from the stairway; do not edit. After a new revision, regenerate it and",
         "review the diff:",
@@ -120,3 +131,43 @@ def render(statements: tuple[str, ...], rows: tuple[tuple, ...], revision: str) 
     lines += [f"    {row!r}," for row in rows]
     lines += [")", ""]
     return "\n".join(lines)
+
+
+def create_file(path: Path, conn: sqlite3.Connection | None = None, *,
+                busy_timeout: float = 1.0) -> bool:
+    """Give the empty file at ``path`` the head schema in one step, under the migration
+    lock; False (nothing written) when it has any object already. ``conn``: a DBAPI
+    connection to it to use; else one of its own, in WAL mode as the engine sets it."""
+    with migration_lock(path):
+        if conn is not None:
+            return create(conn)
+        from .engine import apply_journal_mode
+
+        own = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
+        try:
+            own.execute("PRAGMA synchronous=FULL")
+            apply_journal_mode(own)
+            return create(own)
+        finally:
+            own.close()
+
+
+def open_new(path: Path, *, busy_timeout: float) -> sa.Engine | None:
+    """The engine of a new store: the file (of zero bytes) gets the head schema on the
+    engine's first connection, which the store then keeps (no second open, and its
+    pragmas and WAL mode from the engine's connect hook). None when the file holds
+    objects after all (another process's): the caller goes the usual way."""
+    from .engine import create_engine
+
+    engine = create_engine(path, busy_timeout=busy_timeout)
+    try:
+        with engine.connect() as conn:
+            created = create_file(path, conn.connection.dbapi_connection)
+    except BaseException:
+        engine.dispose()
+        raise
+    if created:
+        return engine
+    engine.dispose()
+    return None
+
