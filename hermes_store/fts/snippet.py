@@ -148,24 +148,49 @@ def _coalesced(instances) -> list[tuple[int, int]]:
     return [tuple(r) for r in runs]
 
 
-def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase], *,
+def _matched(parsed, phrases: int, operands) -> set[int]:
+    """The phrases FTS5 reports instances of: those of the OR-operands the row satisfies
+    (every positive phrase found in some column, no negated one); the phrases of an
+    operand that fails are not marked, even where they occur."""
+    found = {number for _, instances in parsed for _, number, _ in instances}
+    if operands is None:
+        return set(range(phrases))
+    kept: set[int] = set()
+    for operand in operands:
+        if all((number in found) != negated for number, negated in operand):
+            kept.update(number for number, negated in operand if not negated)
+    return kept
+
+
+def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
+            operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
             width: int = SNIPPET_TOKENS, open_mark: str = SNIPPET_OPEN,
             close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> str:
     """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
-    query made of ``phrases`` (the positive ones: what is marked)."""
+    query made of ``phrases``, numbered in the order the query names them.
+
+    ``operands``: the query's OR-operands, each a list of (phrase number, negated); a
+    phrase is marked where its operand holds for the row. None: every phrase is marked
+    (a query of positive phrases joined by OR)."""
     texts = [text if isinstance(text, str) else "" for text in columns]
     if not texts:
         return ""
     parsed: list[tuple[_Column | None, list]] = []
-    best = (0, 0, 0)  # (score, column, start)
     firsts = [phrase.words[0] for phrase in phrases if phrase.words]
-    for number, text in enumerate(texts):
+    for text in texts:
         if not text or (text.isascii() and not any(w in text.lower() for w in firsts)):
             parsed.append((None, []))  # no instance can be there
             continue
         column = _Column(text)
-        instances = _instances(column.tokens, phrases)
-        parsed.append((column, instances))
+        parsed.append((column, _instances(column.tokens, phrases)))
+    kept = _matched(parsed, len(phrases), operands)
+    if len(kept) < len(phrases):
+        parsed = [(column, [i for i in instances if i[1] in kept])
+                  for column, instances in parsed]
+    best = (0, 0, 0)  # (score, column, start)
+    for number, (column, instances) in enumerate(parsed):
+        if column is None:
+            continue
         size = len(column.tokens)
         starts = column.sentences() if instances and size > width else []
         for at, _, _ in instances:

@@ -1,5 +1,6 @@
-"""``fts.snippet.snippet`` is SQLite's own ``snippet()``: generated rows and queries, the
-Python snippet against FTS5's on an in-memory table with the word index's columns."""
+"""``fts.snippet.snippet`` is SQLite's own ``snippet()``: generated rows and queries (phrases,
+prefixes, AND, OR, NOT), the Python snippet against FTS5's on an in-memory table with the
+word index's columns."""
 
 from __future__ import annotations
 
@@ -60,6 +61,25 @@ def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner
     if want is None:
         return  # the row does not match: no snippet to compare
     assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
+def test_only_the_phrases_of_a_satisfied_operand_are_marked():
+    # "docker build OR exit code" on "docker-compose failed: exit code 137": the row
+    # holds (exit AND code), not (docker AND build): docker stays unmarked. (FTS5 marks
+    # the phrases whose iterators stand on the row: in a table of many rows, those of
+    # the operands the row satisfies — tests/postgres/test_pg_search_layer.py holds the
+    # two equal over its corpus; in a table of one row, every phrase the row holds.)
+    phrases = [Phrase(("docker",)), Phrase(("build",)), Phrase(("exit",)), Phrase(("code",))]
+    operands = [[(0, False), (1, False)], [(2, False), (3, False)]]
+    text = "docker-compose failed: exit code 137"
+    assert snippet((text, None, None), phrases, operands) == \
+        "docker-compose failed: >>>exit<<< >>>code<<< 137"
+    assert snippet((text, None, None), phrases) == \
+        ">>>docker<<<-compose failed: >>>exit<<< >>>code<<< 137"
+    # a negated phrase is never marked; an operand it spoils marks nothing
+    phrases = [Phrase(("exit",)), Phrase(("docker",)), Phrase(("code",))]
+    assert snippet((text, None, None), phrases, [[(0, False), (1, True)], [(2, False)]]) == \
+        "docker-compose failed: exit >>>code<<< 137"
 
 
 @pytest.mark.parametrize("columns, query, phrases", [
