@@ -117,12 +117,15 @@ def _neighbour_row(before: bool) -> sa.Lateral:
             .order_by(*order).limit(1).lateral("prev_message" if before else "next_message"))
 
 
-_PREV_ROW = _neighbour_row(True)
-_NEXT_ROW = _neighbour_row(False)
-_LATERAL_CONTEXT_COLUMNS = (
-    _PREV_ROW.c.role.label("prev_role"), _PREV_ROW.c.content.label("prev_content"),
-    _NEXT_ROW.c.role.label("next_role"), _NEXT_ROW.c.content.label("next_content"),
-)
+@functools.cache
+def _lateral_context():
+    """The LATERAL neighbours' columns and the join that brings them (built on first use:
+    only an engine with LATERAL asks, and a cold start need not pay for them)."""
+    before, after = _neighbour_row(True), _neighbour_row(False)
+    columns = (before.c.role.label("prev_role"), before.c.content.label("prev_content"),
+               after.c.role.label("next_role"), after.c.content.label("next_content"))
+    return columns, lambda from_clause: (
+        from_clause.outerjoin(before, sa.true()).outerjoin(after, sa.true()))
 
 
 def _context(sql: fq.Fts5Search):
@@ -130,8 +133,7 @@ def _context(sql: fq.Fts5Search):
     it has it (``sql.lateral_context``), else the probe-for-id joins."""
     if not sql.lateral_context:
         return _CONTEXT_COLUMNS, _with_neighbours
-    return _LATERAL_CONTEXT_COLUMNS, lambda from_clause: (
-        from_clause.outerjoin(_PREV_ROW, sa.true()).outerjoin(_NEXT_ROW, sa.true()))
+    return _lateral_context()
 
 
 def _normalized_sort(sort: Any) -> str | None:
