@@ -1,8 +1,8 @@
 """Scratch: the 40 neighbour probes of a search page, three ways, on the kept server.
     python pg_context.py [DB]"""
-import json, re, statistics, sys, time
+import json, os, re, statistics, sys, time
 import psycopg
-info = json.load(open("/tmp/speed/pg.json"))
+info = json.load(open(os.environ.get("HERMES_SCRATCH_PG", "/tmp/speed/pg.json")))
 db = sys.argv[1] if len(sys.argv) > 1 else "search_100k"
 conn = psycopg.connect(host="127.0.0.1", port=info["port"], user="postgres", dbname=db, autocommit=True)
 ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE fts_document @@ to_tsquery('simple', 'chat <-> send') ORDER BY id LIMIT 20")]

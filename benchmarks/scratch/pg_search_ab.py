@@ -1,5 +1,5 @@
 """Scratch (issue 19): search_messages of package variants side by side on the kept
-server (/tmp/speed/pg.json): one worker process per variant (PYTHONPATH = the variant
+server (``pg_keep.py``'s $HERMES_SCRATCH_PG): one worker process per variant (PYTHONPATH = the variant
 dir), each with a PostgreSQL and a SQLite store over the same rows; the driver asks the
 workers in turn (order rotating) for N timed calls of each kind, PostgreSQL and SQLite
 interleaved call by call; medians over rounds, and the paired PG ÷ SQLite ratio.
@@ -7,12 +7,14 @@ interleaved call by call; medians over rounds, and the paired PG ÷ SQLite ratio
 import json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
+BENCH = str(Path(__file__).resolve().parents[1])
+
 WORKER = r'''
-import json, shutil, sys, time
-sys.path.insert(0, "/work/wt-speed/benchmarks")
+import json, os, shutil, sys, time
+sys.path.insert(0, sys.argv[3])
 from bench_search import QUERIES
 from hermes_store import SessionDB
-info = json.load(open("/tmp/speed/pg.json"))
+info = json.load(open(os.environ.get("HERMES_SCRATCH_PG", "/tmp/speed/pg.json")))
 size, copy = sys.argv[1], sys.argv[2]
 shutil.copyfile(info[f"search_{size}"]["sqlite"], copy)
 pg, lite = SessionDB(info[f"search_{size}"]["url"]), SessionDB(copy)
@@ -51,13 +53,14 @@ for line in sys.stdin:
 '''
 size, rounds = sys.argv[1], int(sys.argv[2])
 variants = sys.argv[3:]
-sys.path.insert(0, "/work/wt-speed/benchmarks")
+sys.path.insert(0, BENCH)
 from bench_search import QUERIES
 workers = {}
 for v in variants:
     env = dict(os.environ, PYTHONPATH=v)
     name = os.path.basename(v.rstrip("/"))
-    p = subprocess.Popen([sys.executable, "-c", WORKER, size, f"/tmp/speed/ab-{name}.db"], env=env,
+    copy = Path(os.environ.get("HERMES_SCRATCH_PG", "/tmp/speed/pg.json")).parent / f"ab-{name}.db"
+    p = subprocess.Popen([sys.executable, "-c", WORKER, size, str(copy), BENCH], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/tmp")
     assert p.stdout.readline().strip() == "ready"
     workers[name] = p

@@ -1,8 +1,8 @@
 """Scratch: time SQL statements on the kept server (median of N, after warm-up).
     python pg_sql.py DBNAME 'SQL1' 'SQL2' ...   (or -f file with statements separated by ';;')"""
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 import psycopg
-info = json.load(open("/tmp/speed/pg.json"))
+info = json.load(open(os.environ.get("HERMES_SCRATCH_PG", "/tmp/speed/pg.json")))
 db = sys.argv[1]
 stmts = sys.argv[2:]
 if stmts and stmts[0] == "-f":

@@ -1,7 +1,7 @@
 """Scratch: the page statement of one search kind, and variants of it, timed on the kept
 server through psycopg with prepared statements (generic plans, as the store runs them).
     python pg_variants.py KIND"""
-import json, re, statistics, sys, time
+import json, os, re, statistics, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg
@@ -9,7 +9,7 @@ from bench_search import QUERIES
 from _floor import Recorder, engine_of
 from hermes_store import SessionDB
 
-info = json.load(open("/tmp/speed/pg.json"))
+info = json.load(open(os.environ.get("HERMES_SCRATCH_PG", "/tmp/speed/pg.json")))
 kind = sys.argv[1]
 db = sys.argv[2] if len(sys.argv) > 2 else "search_100k"
 query, kw = next((q, k) for n, q, k in QUERIES if n == kind)
