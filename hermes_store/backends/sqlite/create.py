@@ -5,18 +5,18 @@
 
 An empty file does not need revisions 0001…0030 replayed to reach a schema this package
 already knows: it gets the head schema in one transaction and the stamp with it. The
-statements are ``head_schema`` (beside this module): what the revisions leave in ``sqlite_master``, byte for
-byte, in the order they created it (tables, indexes, the display-order triggers, the FTS
-views, virtual tables and triggers), the FTS5 ``'rebuild'`` they end with, and the rows
-they write (``alembic_version`` at
-head, ``schema_version``, ``state_meta``'s ``fts_storage_version``). Replaying the very
-text the stairway produced, rather than rendering Core's DDL, keeps one shape of head
-file: a new file and an upgraded one have the same column order and the same stored
-CREATE text, so every later revision, downgrade and repair meets the same schema
-whichever way the file reached head (``tests/migrations/test_new_store.py`` builds both
-and compares them object by object and row by row, and the frozen text with the
-stairway's). This is Rails' ``structure.sql`` / Alembic's "building an up to date
-database from scratch", with the stairway kept as the proof.
+statements are ``head_schema`` (beside this module): what the revisions leave in
+``sqlite_master``, byte for byte, in the order they created it (tables, indexes, the
+display-order triggers, the FTS views, virtual tables and triggers), the FTS5
+``'rebuild'`` they end with, and the rows they write (``alembic_version`` at head,
+``schema_version``, ``state_meta``'s ``fts_storage_version``). Replaying the very text
+the stairway produced, rather than rendering Core's DDL, keeps one shape of head file:
+a new file and an upgraded one have the same column order and the same stored CREATE
+text, so every later revision, downgrade and repair meets the same schema whichever way
+the file reached head (``tests/migrations/test_new_store.py`` builds both and compares
+them object by object and row by row, and the frozen text with the stairway's). This
+is Rails' ``structure.sql`` / Alembic's "building an up to date database from scratch",
+with the stairway kept as the proof.
 
 Only a database with no object at all is created this way, under the migration lock
 (``fileops.migration_lock``) and SQLite's write lock (``BEGIN IMMEDIATE``), the emptiness
