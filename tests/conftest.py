@@ -21,6 +21,14 @@ from support.postgres import (  # noqa: F401
     pg_template,
     pg_url,
 )
+# PgBouncer in front of that server, in transaction and in session mode (support/pgbouncer.py)
+from support.pgbouncer import (  # noqa: F401
+    pgbouncer,
+    pgbouncer_session,
+    pgbouncer_transaction,
+    pooler_mode,
+    pooler_url,
+)
 
 DATA = Path(__file__).parent / "data"
 FIXTURES_DIR = DATA / "fixtures"
