@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import JsonOption, YesOption, confirm, local_path, out, sqlite_file, state
-from .output import EXIT_PROBLEMS, human_bytes
+from .output import EXIT_NOT_FOUND, EXIT_PROBLEMS, human_bytes
 from .probe import probe
 
 app = typer.Typer(help="Schema revisions (upgrade, downgrade, check) and backups.", no_args_is_help=True)
@@ -138,6 +138,8 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         o.emit(payload)
     else:
         o.line(_describe(info.revision, head, server=db.is_postgresql))
+    if not info.exists:  # as `status`: nothing there is "not found", not a revision
+        raise typer.Exit(EXIT_NOT_FOUND)
         if info.kind == "upstream":
             o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
 

@@ -106,6 +106,15 @@ def test_downgrade_asks_and_a_no_changes_nothing(cli, empty_store):
     assert migrate.current(empty_store) == "0029"
 
 
+def test_db_current_of_a_missing_file_is_not_found_as_status_says(cli, tmp_path):
+    missing = tmp_path / "nothing-here.db"
+    for args in (["db", "current"], ["--json", "db", "current"], ["status"]):
+        result = cli(missing, *args)
+        assert result.exit_code == 3, (args, result.output)
+    assert parse_json(cli(missing, "--json", "db", "current"))["exists"] is False
+    assert not missing.exists()  # read-only: nothing was created
+
+
 def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head_templates):
     missing = cli(None, "--json", "status")
     assert missing.exit_code == 3

@@ -204,6 +204,14 @@ def test_a_missing_database_is_not_found_and_says_how_to_create_it(cli, pg_serve
         assert SECRET not in result.output
 
 
+def test_db_current_of_a_missing_database_is_not_found_as_status_says(cli, pg_server):
+    url = pg_server.url("no_such_database")
+    for args in (["db", "current"], ["--json", "db", "current"], ["status"]):
+        result = cli(url, *args)
+        assert result.exit_code == 3, (args, result.output)
+    assert parse_json(cli(url, "--json", "db", "current"))["exists"] is False
+
+
 # --------------------------------------------------------------------------- the environment
 
 
