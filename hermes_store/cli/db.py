@@ -185,6 +185,7 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "head": result.head,
         "at_head": result.at_head,
         "drift": result.drift,
+        "full_text": list(result.full_text),
         "telegram_topics": result.telegram_topics.as_dict(),
         "ok": result.ok,
     }
@@ -201,6 +202,8 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
                 o.line(f"  - {item}")
         elif result.at_head:
             o.line("schema: matches hermes_store.schema")
+        for item in result.full_text:
+            o.line(f"full-text index: {item}")
         topics = result.telegram_topics
         o.line(f"telegram topic tables: {topics.describe()}")
         if topics.state != "absent" and not topics.at_head:

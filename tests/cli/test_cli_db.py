@@ -67,7 +67,8 @@ def test_check_passes_at_head_with_json_shape(cli, empty_store):
     result = cli(empty_store, "db", "check", "--json")
     assert result.exit_code == 0, result.output
     data = parse_json(result)
-    assert set(data) == {"path", "revision", "head", "at_head", "drift", "telegram_topics", "ok"}
+    assert set(data) == {"path", "revision", "head", "at_head", "drift", "full_text",
+                         "telegram_topics", "ok"}
     assert data["ok"] is True and data["drift"] == [] and data["revision"] == HEAD
     assert data["telegram_topics"]["state"] == "absent" and data["telegram_topics"]["ok"] is True
     human = cli(empty_store, "db", "check")
