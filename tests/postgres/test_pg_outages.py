@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from psycopg.pq import TransactionStatus
 
 from hermes_store import SessionDB, schema
-from hermes_store.engine import RetryPolicy
+from hermes_store.units import RetryPolicy
 from hermes_store.errors import ServerUnreachableError
 from hermes_store.store import _guarded
 
