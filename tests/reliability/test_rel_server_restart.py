@@ -208,8 +208,10 @@ def test_a_restart_amid_four_writers_and_two_readers_fails_no_call(request, pg_s
     processes run, each on one store it opened before and never reopens, directly and
     through PgBouncer in both pool modes. The outage (a few seconds) is shorter than the
     outage budget (``RetryPolicy.outage_timeout``, 30 s): reads are re-run on fresh
-    connections, writes lost before COMMIT too, so no call fails at all; nothing is
-    lost or stored twice, and every counter equals its rows."""
+    connections, writes lost before COMMIT too, so no call fails — but, through a
+    pooler, the rare write whose COMMIT was on its way (``CommitOutcomeUnknownError``,
+    stored at most once); nothing is lost or stored twice, every counter equals its
+    rows."""
     database = sa.engine.make_url(pg_url).database
     # durable commits for this database's sessions (the suite's server runs without);
     # a setting of the database, since a pooler refuses startup options
@@ -239,26 +241,41 @@ def test_a_restart_amid_four_writers_and_two_readers_fails_no_call(request, pg_s
 
     lines = [line for w in workers for line in w.lines]
     failed = [line for line in lines if "error" in line]
-    assert failed == [], f"calls failed through the restart: {failed[:5]}"
+    # The one outcome left to report (D13): a write whose COMMIT was on its way when the
+    # server ended its session. Directly the server's goodbye is seen before COMMIT is
+    # sent; through a pooler it is relayed, and a COMMIT can be sent into that gap
+    # (seen once in several runs through PgBouncer, never directly). Anything else fails.
+    unknown = [f for f in failed if f["error"] == "CommitOutcomeUnknownError"
+               and f["op"] in UNITS and through != "direct"]
+    assert [f for f in failed if f not in unknown] == [], \
+        f"calls failed through the restart: {failed[:5]}"
     done = [line for w in writers for line in w.lines if line.get("done")]
     assert len(done) == RIDERS and sum(d["retries"] for d in done) > 0  # the restart hit
     assert all(any(line.get("done") and line["snapshots"] > 0 for line in r.lines)
                for r in readers)
 
-    # every append is stored exactly once, nothing else is
+    # every append reported is stored exactly once, nothing else is (an unknown one at
+    # most once)
     appended = [line for w in writers for line in w.lines if line.get("op") == "append"]
     rows = rs.message_ids(pg_url)
-    assert len(rows) == len(appended)
     for a in appended:
-        assert rows[a["ok"]] == (a["session"], a["marker"])
-    assert len({content for _, content in rows.values()}) == len(rows)
-    # counters and token totals exact
+        if "ok" in a:
+            assert rows[a["ok"]] == (a["session"], a["marker"])
+    stored = Counter(content for _, content in rows.values())
+    assert all(n == 1 for n in stored.values()), "a message was stored twice"
+    ok = {a["marker"] for a in appended if "ok" in a}
+    maybe = {a["marker"] for a in appended if a.get("error")}
+    assert ok <= set(stored) <= ok | maybe
+    # counters exact; token totals exact but for an unknown outcome's
     assert rs.counter_mismatches(pg_url) == []
     assert rs.token_mismatches(pg_url) == []
     usage = [line for w in writers for line in w.lines if line.get("op") == "usage"]
     tokens = rs.session_tokens(pg_url)
     for session in {f"r{w}" for w in range(RIDERS)} | {SHARED}:
-        assert tokens[session] == sum(5 for u in usage if u["session"] == session)
-    print(f"\nrestart amid 4 writers + 2 readers ({through}): {len(appended)} appends, "
+        accounted = sum(5 for u in usage if u["session"] == session and "ok" in u)
+        unsure = sum(5 for u in usage if u["session"] == session and "error" in u)
+        assert accounted <= tokens[session] <= accounted + unsure
+    print(f"\nrestart amid 4 writers + 2 readers ({through}): {len(ok)} appends, "
           f"{len(lines) - len(appended)} other calls, {sum(d['retries'] for d in done)} "
-          "units re-run, no call failed")
+          f"units re-run, {len(failed) - len(unknown)} calls failed, "
+          f"{len(unknown)} unknown outcome(s) of a COMMIT on its way")
