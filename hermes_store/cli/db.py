@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import JsonOption, YesOption, confirm, local_path, out, sqlite_file, state
-from .output import EXIT_PROBLEMS, human_bytes
+from .output import EXIT_NOT_FOUND, EXIT_PROBLEMS, human_bytes
 from .probe import probe
 
 app = typer.Typer(help="Schema revisions (upgrade, downgrade, check) and backups.", no_args_is_help=True)
@@ -138,6 +138,8 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         o.line(_describe(info.revision, head, server=db.is_server))
         if info.kind == "upstream":
             o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
+    if not info.exists:  # as `status`: nothing there is "not found", not a revision
+        raise typer.Exit(EXIT_NOT_FOUND)
 
 
 @app.command("history")
@@ -183,6 +185,7 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "head": result.head,
         "at_head": result.at_head,
         "drift": result.drift,
+        "full_text": list(result.full_text),
         "telegram_topics": result.telegram_topics.as_dict(),
         "ok": result.ok,
     }
@@ -199,6 +202,8 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
                 o.line(f"  - {item}")
         elif result.at_head:
             o.line("schema: matches hermes_store.schema")
+        for item in result.full_text:
+            o.line(f"full-text index: {item}")
         topics = result.telegram_topics
         o.line(f"telegram topic tables: {topics.describe()}")
         if topics.state != "absent" and not topics.at_head:

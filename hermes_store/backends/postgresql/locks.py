@@ -1,21 +1,18 @@
 """PostgreSQL's locks: the write units' advisory lock and the migration lock (D12, D13).
 
 ``lock_unit(conn, exclusive=…)`` is the first statement of every write unit (a
-transaction-level advisory lock); ``migration_lock(engine)`` holds a session-level one
-for the duration of a migration run, so two deploys cannot migrate one database at once.
+transaction-level advisory lock); ``lock_migrations(conn)`` the first of a migration
+run's one transaction, so two deploys cannot migrate one database at once (through a
+transaction pooler too: both locks are the transaction's, never the session's).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from ...driver import driver_execute, uses_driver
 
-#: key of the session-level advisory lock that serializes migrations of one database
+#: key of the advisory lock that serializes migrations of one database
 #: (the first 8 bytes of sha256("hermes_store.migrate"), as a signed bigint)
 MIGRATION_LOCK_KEY = 0x71C0_72E3_634B_4E80
 
@@ -47,22 +44,19 @@ def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
         conn.exec_driver_sql(statement)
 
 
-@contextlib.contextmanager
-def migration_lock(engine: Engine, key: int = MIGRATION_LOCK_KEY) -> Iterator[None]:
-    """Hold ``pg_advisory_lock(key)`` on a connection of its own for the block.
+def lock_migrations(conn: sa.Connection, key: int = MIGRATION_LOCK_KEY) -> None:
+    """Take ``pg_advisory_xact_lock(key)`` as the first statement of a migration run's
+    transaction, held until it commits or rolls back.
 
     Alembic picks the steps to run from the version it reads first, so two deploys
-    migrating at once would both run the same step; the second waits here instead,
-    then finds the work done. The lock belongs to the session: if the process dies,
-    the server drops it with the connection.
+    migrating at once would both run the same step; the second waits here instead, then
+    (READ COMMITTED: each statement sees what committed before it) finds the work done.
+    A lock of the transaction, not of the session: behind a transaction pooler the
+    session is whichever server connection the pooler lends, and a session lock would
+    stay with that connection after the run, held by nobody (decision D16). If the
+    process dies the server rolls the transaction back and the lock goes with it.
     """
-    with engine.connect() as lock_conn:
-        lock_conn = lock_conn.execution_options(isolation_level="AUTOCOMMIT")
-        lock_conn.exec_driver_sql("SELECT pg_advisory_lock(%(key)s)", {"key": key})
-        try:
-            yield
-        finally:
-            lock_conn.exec_driver_sql("SELECT pg_advisory_unlock(%(key)s)", {"key": key})
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
 
 
-__all__ = ["MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_unit", "migration_lock"]
+__all__ = ["MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_migrations", "lock_unit"]
