@@ -13,7 +13,7 @@ import time
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from .base import RepositoryBase
 from .dialect import insert_for
 
@@ -179,7 +179,7 @@ class UsageMixin(RepositoryBase):
                     cost_source=cost_source,
                 )
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))
 
     def record_auxiliary_usage(
         self,
@@ -230,4 +230,4 @@ class UsageMixin(RepositoryBase):
                 cost_source=None,
             )
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))

@@ -188,8 +188,9 @@ def _begin_hook(read_only_store: bool):
 
     * ``"IMMEDIATE"`` (a write unit): READ COMMITTED, read-write. Rows a statement changes
       are locked until COMMIT; what a unit reads then writes is kept consistent by the
-      unit lock (:func:`lock_unit`) rather than by a stricter level, so appends to one
-      session queue on its row instead of failing with serialization errors;
+      locks of what it decides on (``locks.lock_unit``) rather than by a stricter level,
+      so appends to one session queue on its lock instead of failing with
+      serialization errors;
     * ``"DEFERRED"`` (a read snapshot): REPEATABLE READ, READ ONLY — one snapshot for
       every statement of the block (READ COMMITTED would take one per statement);
     * ``None``: autocommit, for a single statement (one round trip instead of three)
