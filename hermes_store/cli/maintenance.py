@@ -190,6 +190,8 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
         from ..fts import maintenance as fts_maintenance
 
         with read_engine(target) as engine, engine.connect() as conn:
+            if server:
+                findings.extend(_privilege_findings(conn, target))
             unchecked = _unvalidated_foreign_keys(conn) if server else []
             orphans = {k: v for k, v in _orphans(conn).items() if v}
             mismatched = _counter_mismatches(conn)
@@ -231,6 +233,16 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
     if (health.journal_mode or "").lower() != "wal":
         findings.append(Finding("journal_mode", "warning", f"journal_mode={health.journal_mode} (WAL expected; DELETE is the fallback on network filesystems)"))
     return findings
+
+
+def _privilege_findings(conn, target: "Target") -> list[Finding]:
+    """PostgreSQL: what the connected role and every runtime role (a role holding
+    privileges on ``sessions``) lack, each named with the command that fixes it."""
+    from ..backends.postgresql import roles
+
+    hint = "the database's owner runs `hermes-store db grant {role}` (with this --db)"
+    return [Finding("privileges", status, detail)
+            for status, detail in roles.runtime_findings(conn, hint)]
 
 
 def _unvalidated_foreign_keys(conn) -> list[str]:

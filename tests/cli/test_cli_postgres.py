@@ -325,6 +325,7 @@ COMMAND_ARGS: dict[tuple[str, ...], list[str]] = {
     ("db", "check"): [],
     ("db", "backup"): ["backup.db"],
     ("db", "copy"): ["{url}", "copy.db"],
+    ("db", "grant"): ["hermes_rt"],
     ("sessions", "list"): [],
     ("sessions", "show"): ["x"],
     ("sessions", "lineage"): ["x"],
