@@ -274,7 +274,7 @@ def _fix(target: "Target", findings: list[Finding]) -> list[str]:
                 return len(rows)
 
             # One write unit of the store: Hermes' own writes cannot interleave
-            # (BEGIN IMMEDIATE on a file, the unit lock on PostgreSQL).
+            # (BEGIN IMMEDIATE on a file; on PostgreSQL the store's lock, alone: the default).
             fixed.append(f"counters: {db._write(recount)} session(s) recounted")
         if "fts" in names:
             fixed.append(f"fts: {db.rebuild_fts()} index(es) rebuilt from messages")
