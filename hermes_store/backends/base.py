@@ -83,6 +83,13 @@ class Backend:
         raise NotImplementedError
 
     @property
+    def roles(self):
+        """Who may use the database, where the engine has roles of its own (PostgreSQL:
+        ``grant_runtime``, ``missing_runtime``, ``runtime_findings``, ``RoleError``);
+        None where access is a file's owner and mode."""
+        return None
+
+    @property
     def files(self):
         """Operations on a store that is a file (backup, recover, repair, health), or
         None where a store is a database on a server."""

@@ -238,8 +238,9 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
 def _privilege_findings(conn, target: "Target") -> list[Finding]:
     """PostgreSQL: what the connected role and every runtime role (a role holding
     privileges on ``sessions``) lack, each named with the command that fixes it."""
-    from ..backends.postgresql import roles
-
+    roles = backends.of(target).roles
+    if roles is None:
+        return []
     hint = "the database's owner runs `hermes-store db grant {role}` (with this --db)"
     return [Finding("privileges", status, detail)
             for status, detail in roles.runtime_findings(conn, hint)]
