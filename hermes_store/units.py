@@ -24,6 +24,7 @@ from .connections import (
     transaction,
     writer,
 )
+from .unit_locks import STORE, HeldLocks, Locks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backends.base import Backend
@@ -37,6 +38,29 @@ DEFAULT_BUSY_TIMEOUT = 1.0
 DEFAULT_OUTAGE_TIMEOUT = 30.0
 #: the longest pause between two tries during an outage
 OUTAGE_PAUSE_MAX = 1.0
+
+#: per thread: the locks held by each unit running on it, by its connection's id
+#: (``hold`` is called with a connection only)
+_running = threading.local()
+
+
+def _running_units() -> dict:
+    units = getattr(_running, "units", None)
+    if units is None:
+        units = _running.units = {}
+    return units
+
+
+def hold(conn: sa.Connection, locks: Locks) -> None:
+    """Inside a running write unit: take ``locks`` as well (what the unit does not hold
+    yet), before the statements that change what they name — the delegate runs of a
+    session being deleted, the ancestor a title is handed over from (decision D16,
+    ``unit_locks``). Nothing where the backend does not lock units (SQLite: the unit
+    runs alone already), nor outside a unit."""
+    entry = _running_units().get(id(conn))
+    if entry is not None:
+        backend, held = entry
+        backend.lock_unit(conn, locks, held)
 
 
 @dataclass(frozen=True)
@@ -117,11 +141,11 @@ class WriteUnits:
     one unit at a time per instance (threads of one process queue on a lock instead of
     spinning in SQLite's busy handler); every unit begins with ``BEGIN IMMEDIATE``, and
     every ``checkpoint_every`` commits a PASSIVE checkpoint runs. PostgreSQL: each unit
-    checks a connection out of the pool, begins READ COMMITTED and takes the store's
-    unit lock first (``backend.lock_unit``): exclusive, or shared for units declared
-    ``concurrent``; serialization failures, deadlocks and lock timeouts re-run the unit
-    (up to ``attempts``), and so does a connection lost before COMMIT, on a fresh
-    connection, for up to ``outage_timeout`` seconds (:class:`Outage`).
+    checks a connection out of the pool, begins READ COMMITTED and first takes the locks
+    of what the unit decides on (``backend.lock_unit``; ``unit_locks``: its sessions, a
+    title …, or the whole store); serialization failures, deadlocks and lock timeouts
+    re-run the unit (up to ``attempts``), and so does a connection lost before COMMIT, on
+    a fresh connection, for up to ``outage_timeout`` seconds (:class:`Outage`).
     """
 
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
@@ -144,25 +168,24 @@ class WriteUnits:
         """The connection of the unit running on this thread, if any."""
         return getattr(self._local, "conn", None)
 
-    def run(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
-        """Run ``fn(conn)`` as one unit and return its result. ``concurrent=True``
-        declares that the unit only changes rows through statements that lock them
-        (no read-decide-write), so where the backend locks units (PostgreSQL) it may
-        run beside other such units; SQLite runs every unit alone either way."""
+    def run(self, fn: Callable[[sa.Connection], T], *, locks: Locks = STORE) -> T:
+        """Run ``fn(conn)`` as one unit and return its result. ``locks`` names what the
+        unit decides on (``unit_locks``; the default ``STORE``: the whole store), so
+        where the backend locks units (PostgreSQL) it runs beside units that decide on
+        other things; SQLite runs every unit alone either way."""
         joined = self.active_connection()
         if joined is not None:
-            # A unit started inside a unit joins it: a second BEGIN IMMEDIATE on another
-            # connection would wait for the lock this thread already holds.
-            if not concurrent and self._local.concurrent and self.backend.locks_units:
-                self.backend.lock_unit(joined, exclusive=True)  # it must run alone after all
-                self._local.concurrent = False
+            # A unit started inside a unit joins it (a second BEGIN IMMEDIATE on another
+            # connection would wait for the lock this thread already holds), taking its
+            # own locks at this point.
+            hold(joined, locks)
             return fn(joined)
         if self._lock is None:
-            return self._run(fn, concurrent)
+            return self._run(fn, locks)
         with self._lock:
-            return self._run(fn, concurrent)
+            return self._run(fn, locks)
 
-    def _run(self, fn, concurrent: bool):
+    def _run(self, fn, locks: Locks):
         from .errors import CommitOutcomeUnknownError, StoreBusyError
 
         policy, writers, backend, guard = self.policy, self._writers, self.backend, self.guard
@@ -172,10 +195,10 @@ class WriteUnits:
                 guard.check()  # the database is still the one opened (a replaced file)
             try:
                 if writers.held:
-                    result = self._attempt(writers.get(), fn, concurrent)
+                    result = self._attempt(writers.get(), fn, locks)
                 else:
                     with writers.checkout() as conn:
-                        result = self._attempt(conn, fn, concurrent)
+                        result = self._attempt(conn, fn, locks)
             except CommitOutcomeUnknownError:
                 raise
             except BaseException as exc:
@@ -209,25 +232,29 @@ class WriteUnits:
         call wrote anything before its read lost its connection)."""
         return getattr(self._local, "commits", 0)
 
-    def _attempt(self, conn: sa.Connection, fn, concurrent: bool):
+    def _attempt(self, conn: sa.Connection, fn, locks: Locks):
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""
         local, backend = self._local, self.backend
         if backend.driver_transactions(conn.dialect):
             with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
-                local.conn, local.concurrent = conn, concurrent
+                local.conn = conn
                 try:
                     return fn(conn)
                 finally:
                     local.conn = None
+        running = _running_units()
         try:
             trans = conn.begin()  # the begin hook picks the engine's mode
             if backend.locks_units:
-                backend.lock_unit(conn, exclusive=not concurrent)
-            local.conn, local.concurrent = conn, concurrent
+                held = HeldLocks()
+                backend.lock_unit(conn, locks, held)
+                running[id(conn)] = (backend, held)
+            local.conn = conn
             try:
                 result = fn(conn)
             finally:
                 local.conn = None
+                running.pop(id(conn), None)
             # a session the server ended while the unit was idle (a restart) never
             # received COMMIT: re-run the unit rather than report an unknown outcome
             ended = backend.session_ended(conn)
@@ -274,4 +301,5 @@ class WriteUnits:
         return self.backend.checkpoint(self._maintenance, mode, self.label)
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "Outage", "RetryPolicy", "WriteUnits"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "Outage", "RetryPolicy", "WriteUnits",
+           "hold"]

@@ -8,8 +8,9 @@ store between the two engines (``hermes_store.dbcopy``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 
@@ -243,6 +244,72 @@ def backup_command(
             f"{result.sessions} sessions, {result.messages} messages, integrity {result.integrity})"
         )
 
+
+
+@app.command("grant")
+def grant_command(
+    ctx: typer.Context,
+    role: Annotated[str, typer.Argument(help="The role Hermes runs as (it must exist).")],
+    json_flag: JsonOption = False,
+) -> None:
+    """PostgreSQL: let ROLE read and write sessions, now and in tables created later.
+
+    Run as the database's owner. Grants SELECT, INSERT, UPDATE, DELETE on every table
+    and USAGE, SELECT, UPDATE on every sequence, and the same by default on what the
+    owner creates later (the Telegram topic opt-in, upgrades); idempotent."""
+    from .. import backends, errors
+
+    o = out(ctx, json_flag)
+    db = state(ctx).target
+    roles = backends.of(db).roles
+    if roles is None:
+        raise errors.InvalidArgumentError(
+            f"`hermes-store db grant` gives a PostgreSQL role its privileges, and {db.display} "
+            "is a SQLite file: who may use it is decided by the file's owner and mode (0600)")
+    with _admin_connection(db) as conn:
+        try:
+            granted = roles.grant_runtime(conn, role)
+        except roles.RoleError as exc:
+            raise errors.InvalidArgumentError(f"{db.display}: {exc}") from None
+        missing = roles.missing_runtime(conn, role)
+    payload = {
+        "path": db.display,
+        "role": role,
+        "owner": granted["owner"],
+        "tables": granted["tables"],
+        "sequences": granted["sequences"],
+        "statements": granted["statements"],
+        "missing": missing.describe() or None,
+    }
+    if o.json_mode:
+        o.emit(payload)
+    else:
+        o.line(f"{db}: {role} may read and write sessions: SELECT, INSERT, UPDATE, DELETE on "
+               f"{len(granted['tables'])} table(s), USAGE, SELECT, UPDATE on "
+               f"{len(granted['sequences'])} sequence(s), and the same on every table and "
+               f"sequence {granted['owner']} creates later (the Telegram topic opt-in, "
+               "upgrades).")
+        if missing:
+            o.warn(f"{role} still lacks {missing.describe()}")
+    if missing:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@contextlib.contextmanager
+def _admin_connection(target) -> Iterator:
+    """An autocommit connection for statements the owner runs (GRANT), its errors
+    the package's; closed (and its engine disposed) on exit."""
+    import sqlalchemy as sa
+
+    from .. import backends
+
+    engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool,
+                              isolation_level="AUTOCOMMIT")
+    try:
+        with backends.of(target).translated_errors(target), engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
 
 
 @app.command("copy")

@@ -3,12 +3,14 @@
 A concern mixin (sessions, messages, titles, search, …) talks to the database only
 through three doors:
 
-* ``self._write(fn)`` — ``fn(conn)`` runs as one write unit (``BEGIN IMMEDIATE`` on
-  SQLite; on PostgreSQL READ COMMITTED under the store's unit lock), re-run whole on
-  contention, committed whole or not at all; returns ``fn``'s result.
-  ``self._write(fn, concurrent=True)`` is for units that only change rows through
-  statements that lock them (no read, decide, then write): on PostgreSQL they run
-  side by side; every other unit runs alone, as on SQLite.
+* ``self._write(fn, locks=…)`` — ``fn(conn)`` runs as one write unit (``BEGIN
+  IMMEDIATE`` on SQLite; on PostgreSQL READ COMMITTED under the locks of what it
+  decides on), re-run whole on contention, committed whole or not at all; returns
+  ``fn``'s result. ``locks`` (``hermes_store.unit_locks``) names what the unit reads
+  and decides on — ``sessions(id)``, ``title(text)`` …; the default, ``STORE``, runs it
+  alone — so on PostgreSQL units that decide on different things run side by side;
+  SQLite ignores it. A unit that finds more to lock as it runs calls
+  ``units.hold(conn, locks)`` before changing it (docs/postgres.md, "Write locks").
 * ``with self._read() as conn:`` — one read snapshot (a deferred transaction), so a
   reader never sees half of a write unit even across several statements.
 * ``self._query(statement, values)`` — the rows of one prebuilt SELECT
@@ -46,6 +48,7 @@ from sqlalchemy.engine import Engine
 
 from ..connections import BEGIN_MODE, HeldConnections, PooledConnections, transaction
 from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyError
+from ..unit_locks import STORE, Locks
 from ..units import Outage, RetryPolicy, WriteUnits
 from .prebuilt import Prebuilt
 
@@ -120,11 +123,11 @@ class RepositoryBase:
             raise StoreClosedError(self.target)
         return self._engine
 
-    def _write(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
+    def _write(self, fn: Callable[[sa.Connection], T], *, locks: Locks = STORE) -> T:
         self._require_open()
         if self.read_only:
             raise StoreReadOnlyError(self.target)
-        return self._units.run(fn, concurrent=concurrent)
+        return self._units.run(fn, locks=locks)
 
     def _joined(self) -> sa.Connection | None:
         """The connection of this thread's running unit or open snapshot, if any."""

@@ -394,6 +394,7 @@ COMMAND_ARGS: dict[tuple[str, ...], list[str]] = {
     ("db", "check"): [],
     ("db", "backup"): ["backup.db"],
     ("db", "copy"): ["{url}", "copy.db"],
+    ("db", "grant"): ["hermes_rt"],
     ("sessions", "list"): [],
     ("sessions", "show"): ["x"],
     ("sessions", "lineage"): ["x"],
@@ -487,19 +488,20 @@ def test_an_import_keeps_ids_and_later_appends_get_new_ones(cli, pg_store, head_
 
 
 def test_an_import_takes_the_unit_lock_of_a_server(cli, pg_store, tmp_path):
-    # An import batch reads ids and titles, then writes: like every such unit it runs
-    # alone under the store's unit lock. While another unit holds it for longer than the
-    # lock wait, the import stops as busy (exit 6, as BEGIN IMMEDIATE does on a file)
-    # and writes nothing; once the lock is free it goes through.
+    # An import batch reads ids and titles across the store, then writes: it runs alone
+    # (the store's lock, exclusively). While a unit of one session stays in flight for
+    # longer than the lock wait, the import stops as busy (exit 6, as BEGIN IMMEDIATE
+    # does on a file) and writes nothing; once that unit is done it goes through.
+    from hermes_store import unit_locks
     from hermes_store.backends.postgresql import locks as pg_locks
-    from hermes_store.backends.postgresql import engine as postgres
 
     export = tmp_path / "one.jsonl"
     assert cli(pg_store, "sessions", "export", "fx_20260101_tg_cjk", "--output", export).exit_code == 0
     export.write_text(export.read_text().replace("fx_20260101_tg_cjk", "copied"))
     with SessionDB(pg_store) as holder, holder.engine.connect() as conn:
         conn.begin()
-        pg_locks.lock_unit(conn, exclusive=True)  # a unit in flight elsewhere
+        # a unit of one session in flight elsewhere
+        pg_locks.lock_unit(conn, unit_locks.sessions("elsewhere"), unit_locks.HeldLocks())
         busy = cli(pg_store, "sessions", "import", export)
         conn.rollback()
     assert busy.exit_code == 6, busy.output

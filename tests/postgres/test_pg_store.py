@@ -287,7 +287,7 @@ def test_each_door_runs_in_its_transaction_mode(pg_url):
     assert snapshot == ("repeatable read", "on", "0", False)
     assert unit_begin[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE; "
                              "SET LOCAL lock_timeout = 750")
-    assert "pg_advisory_xact_lock(" in lock[0] and upsert[0].startswith("INSERT")
+    assert lock[0].startswith("SELECT pg_advisory_xact_lock") and upsert[0].startswith("INSERT")
     assert unit == ("read committed", "off", "750ms", False)
 
 
@@ -385,30 +385,37 @@ def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_ur
 # --------------------------------------------------------------------------- the unit lock
 
 
-def test_concurrent_units_run_side_by_side_and_others_wait(pg_url):
+def test_scoped_units_run_side_by_side_and_a_store_unit_waits_for_them(pg_url):
+    from hermes_store import unit_locks
+
     quick = RetryPolicy(attempts=200, busy_timeout=0.05, jitter_min=0.001, jitter_max=0.005)
     with SessionDB(pg_url, retry=quick) as db:
         for sid in ("held", "other"):
             db.create_session(sid, "cli")
         inside, release = threading.Event(), threading.Event()
 
-        def long_append(conn):  # a concurrent unit that stays open
+        def long_append(conn):  # a unit of session "held" that stays open
             conn.execute(sa.update(schema.sessions).where(schema.sessions.c.id == "held")
                          .values(message_count=schema.sessions.c.message_count + 1))
             inside.set()
             release.wait(30)
 
         holder = threading.Thread(target=db._write, args=(long_append,),
-                                  kwargs={"concurrent": True})
+                                  kwargs={"locks": unit_locks.sessions("held")})
         holder.start()
         assert inside.wait(30)
         before = db._units.retries
-        db.append_message("other", "user", "beside it")  # concurrent: no wait at all
+        db.append_message("other", "user", "beside it")  # another session: no wait at all
+        db.set_meta("k", "beside it too")  # one upsert (ROWS): no wait either
         assert db._units.retries == before
-        waiter = threading.Thread(target=db.set_meta, args=("k", "after"))  # runs alone
+
+        def alone(conn):  # a unit that names nothing runs alone (STORE)
+            conn.execute(sa.update(META).where(META.c.key == "k").values(value="after"))
+
+        waiter = threading.Thread(target=db._write, args=(alone,))
         waiter.start()
         waiter.join(0.5)
-        assert waiter.is_alive() and db.get_meta("k") is None
+        assert waiter.is_alive() and db.get_meta("k") == "beside it too"
         release.set()
         holder.join(30)
         waiter.join(30)

@@ -59,6 +59,12 @@ class PostgresqlBackend(Backend):
 
         return COPYING
 
+    @property
+    def roles(self):
+        from . import roles
+
+        return roles
+
     # ------------------------------------------------------------------ location
 
     def require_driver(self, target) -> None:
@@ -120,10 +126,10 @@ class PostgresqlBackend(Backend):
 
     # ------------------------------------------------------------------ units
 
-    def lock_unit(self, conn, *, exclusive: bool) -> None:
+    def lock_unit(self, conn, locks, held) -> None:
         from .locks import lock_unit
 
-        lock_unit(conn, exclusive=exclusive)
+        lock_unit(conn, locks, held)
 
     def session_ended(self, conn):
         from .engine import session_ended

@@ -274,9 +274,9 @@ def _begin_hook(read_only_store: bool, lock_timeout: float | None = None):
     * ``"IMMEDIATE"`` (a write unit): READ COMMITTED, read-write (read-only on a
       read-only store), ``lock_timeout`` set for the transaction (:func:`write_begin`).
       Rows a statement changes are locked until COMMIT; what a unit reads then writes is
-      kept consistent by the unit lock (``locks.lock_unit``) rather than by a stricter
-      level, so appends to one session queue on its row instead of failing with
-      serialization errors;
+      kept consistent by the locks of what it decides on (``locks.lock_unit``) rather
+      than by a stricter level, so appends to one session queue on its lock instead of
+      failing with serialization errors;
     * ``"DEFERRED"`` (a read snapshot): REPEATABLE READ, READ ONLY (:data:`SNAPSHOT_BEGIN`)
       — one snapshot for every statement of the block (READ COMMITTED would take one per
       statement);

@@ -188,21 +188,47 @@ def translate_error(exc: BaseException, target: object) -> errors.HermesStoreErr
             "is running and that host, port and network in the URL are right"
         )
     if sqlstate == "42501":
-        user = getattr(getattr(target, "url", None), "username", None)
-        role = f"the role {user}" if user else "the role"
-        return errors.DatabaseAccessError(
-            f"{where}: {role} lacks a privilege this needs ({text}). Creating and upgrading "
-            "the schema and index upkeep (db upgrade, maintenance rebuild-fts/optimize/"
-            "vacuum) need the database's owner (CREATE DATABASE … OWNER ROLE); a role that "
-            "only reads and writes sessions needs SELECT, INSERT, UPDATE, DELETE on the "
-            "tables and USAGE, SELECT, UPDATE on the sequences (docs/postgres.md)"
-        )
+        return _privilege_error(text, target, where)
     if sqlstate == "53300":
         return errors.ServerUnreachableError(
             f"{where}: the server has no free connection slot ({text}); lower the pool "
             "sizes of the processes sharing it or raise max_connections"
         )
     return None
+
+
+#: what a 42501 names: "permission denied for table x", "must be owner of index y"
+_DENIED_ON = re.compile(
+    r"permission denied for (table|sequence|view|function|relation|database|schema) "
+    r"(\"[^\"]+\"|\S+)|must be owner of (?:\w+ )*?(table|index|relation|sequence|schema|"
+    r"database|extension|function) (\"[^\"]+\"|\S+)")
+
+
+def _privilege_error(text: str, target: object, where: str) -> errors.DatabaseAccessError:
+    """SQLSTATE 42501, saying what was refused and what to do about it, not the whole
+    recipe of grants (the operator may have given most of it): a table or sequence the
+    role may not use is the owner's to grant (``db grant``, which covers the tables
+    created later too); creating, changing or rebuilding the schema is the owner's."""
+    url = getattr(target, "url", None)
+    user = getattr(url, "username", None)
+    role = f"the role {user}" if user else "the role"
+    found = _DENIED_ON.search(text)
+    kind = (found.group(1) or found.group(3)) if found else None
+    name = ((found.group(2) or found.group(4)) or "").strip('"') if found else ""
+    owner_only = kind in ("schema", "database", "index", "extension") or (
+        found is not None and found.group(3) is not None)
+    if found is not None and not owner_only:
+        return errors.DatabaseAccessError(
+            f"{where}: {role} lacks a privilege on {kind} {name} ({text}). The database's "
+            f"owner gives a role that reads and writes sessions all it needs, on every "
+            f"table now and on those created later: `hermes-store db grant "
+            f"{user or 'ROLE'}` (with this --db); `maintenance doctor` lists what a role "
+            f"lacks")
+    return errors.DatabaseAccessError(
+        f"{where}: {role} lacks a privilege this needs ({text}). Creating and upgrading "
+        "the schema (db upgrade, the Telegram topic opt-in) and index upkeep (maintenance "
+        "rebuild-fts/optimize/vacuum) are the database's owner's (CREATE DATABASE … OWNER "
+        "ROLE): run them as the owner; Hermes itself may run as a role given `db grant`")
 
 
 @contextlib.contextmanager
