@@ -114,7 +114,8 @@ def _write_probe(path: Path) -> str | None:
             conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
                          "VALUES (?, ?, ?, ?)", (probe, "user", "write probe", time.time()))
         finally:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may have rolled back on its own
+                conn.execute("ROLLBACK")
         return None
     except sqlite3.DatabaseError as exc:
         text = str(exc)
@@ -146,11 +147,6 @@ def _file_check(path: Path) -> tuple[str, str | None]:
 
 def _file_opens_cleanly(path: Path) -> str | None:
     return _file_check(path)[1]
-
-
-def _fts_refuses_writes(reason: str) -> bool:
-    lowered = reason.lower()
-    return "fts5" in lowered or "corrupt" in lowered or "malformed" in lowered
 
 
 def _report(**kw) -> dict[str, Any]:
@@ -186,10 +182,12 @@ def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
         after = _file_opens_cleanly(path)
         return _report(repaired=after is None, strategy="dedup_schema",
                        backup_path=healed.backup[0] if healed.backup else None, error=after)
-    if stage != "write" or not _fts_refuses_writes(reason):
+    if stage != "write":
         return _report(error=f"{reason}; {E.RECOVER_HINT}")
-    # The schema loads and passes integrity_check, yet a write fails: the full-text
-    # index refuses writes. Rebuild it from messages (the rows are untouched).
+    # The schema loads and passes integrity_check, yet a write through the triggers
+    # fails: the full-text index refuses writes (its structure record is corrupt; the
+    # message varies with SQLite's version). Rebuild it from messages: only derived
+    # index data is rewritten, never a row.
     backup_path = None
     try:
         if backup:

@@ -271,7 +271,7 @@ class RawConnection:
             params = tuple(_pg_param(v) for v in params)
         return statement, sqlmod.for_postgresql(sql, bool(params)), params
 
-    def _execute_on(self, conn: sa.Connection, text: str, params) -> _Result:
+    def _execute_on(self, conn: sa.Connection, text: str, params, sql_text: str) -> _Result:
         result = conn.exec_driver_sql(text, params) if params else conn.exec_driver_sql(text)
         if not result.returns_rows:
             lastrowid = result.lastrowid if self._engine_name != sqlmod.ENGINE else None
@@ -280,6 +280,8 @@ class RawConnection:
             return _Result(None, None, rowcount, lastrowid)
         cursor = result.cursor
         names = tuple(d[0] for d in cursor.description)
+        if self._engine_name == sqlmod.ENGINE:
+            names = sqlmod.sqlite_names(sql_text, names)
         description = tuple((name, *_NAMES_ONLY) for name in names)
         factory = self.row_factory
         if self._engine_name != sqlmod.ENGINE:
@@ -311,7 +313,7 @@ class RawConnection:
             statement, text, params = self._prepare(sql, parameters)
         except Exception as exc:
             raise as_compat(exc) from None
-        return self._through_doors(statement, lambda conn: self._execute_on(conn, text, params))
+        return self._through_doors(statement, lambda conn: self._execute_on(conn, text, params, sql))
 
     def _run_many(self, sql: str, seq_of_parameters: Iterable) -> _Result:
         try:
@@ -325,7 +327,7 @@ class RawConnection:
         def unit(conn: sa.Connection) -> _Result:
             total = 0
             for _, text, params in batches:
-                total += max(self._execute_on(conn, text, params).rowcount, 0)
+                total += max(self._execute_on(conn, text, params, sql).rowcount, 0)
             return _Result(None, None, total, None)
 
         return self._through_doors(statement, unit)

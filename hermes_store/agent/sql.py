@@ -408,3 +408,101 @@ def for_postgresql(sql: str, with_params: bool) -> str:
             text = "%s" if text == "?" else f"%({text[1:]})s"
         parts.append(text)
     return "".join(parts)
+
+
+# --------------------------------------------------------------------------- column names
+
+STAR = object()  # a ``*`` / ``t.*`` result column: as many names as the table has
+_ITEM_END = {"FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "UNION", "EXCEPT",
+             "INTERSECT", "WINDOW"}
+_NOT_ALIAS = {"END", "NULL", "TRUE", "FALSE", "AND", "OR", "NOT", "ELSE", "THEN",
+              "CURRENT_TIMESTAMP", "CURRENT_DATE", "CURRENT_TIME", "DISTINCT", "ALL"}
+
+
+def _unquote(token: Token) -> str:
+    text = token.text
+    if token.kind == "ident":
+        return text[1:-1].replace(text[0] * 2, text[0]) if text[0] in "\"`" else text[1:-1]
+    return text
+
+
+def _item_name(item: list[Token]):
+    code = [t for t in item if t.kind not in ("ws", "comment")]
+    if not code:
+        return None
+    names = [t for t in code if t.text not in ("(", ")")]
+    if code[-1].text == "*" and all(
+            t.kind in ("word", "ident") or t.text == "." for t in code[:-1]):
+        return STAR
+    if len(code) >= 2 and code[-2].upper == "AS" and code[-1].kind in ("word", "ident"):
+        return _unquote(code[-1])
+    if all(t.kind in ("word", "ident") or t.text in (".", "(", ")") for t in code) and not any(
+            t.upper in _NOT_ALIAS for t in code) and not (
+            len(names) > 1 and any(n.text != "." for n in names[1::2])):
+        return None  # a column: PostgreSQL names it by the column, as SQLite does
+    last, before = code[-1], code[-2] if len(code) >= 2 else None
+    if last.kind in ("word", "ident") and last.upper not in _NOT_ALIAS and before is not None \
+            and (before.text == ")" or before.kind in ("word", "ident", "number", "string")) \
+            and before.upper not in ("AS", "CASE", "WHEN", "ELSE", "THEN", "IS", "NOT"):
+        return _unquote(last)  # an alias without AS
+    return "".join(t.text for t in item).strip()  # SQLite names it by the text as written
+
+
+@lru_cache(maxsize=512)
+def result_names(sql: str) -> tuple | None:
+    """The names SQLite gives the main SELECT's result columns, where PostgreSQL's would
+    differ: an alias as written (PostgreSQL folds it to lower case), an expression by its
+    text (``COUNT(*)``, where PostgreSQL says ``count``); None for a column (both name it
+    by the column) and ``STAR`` for ``*``. None when there is no plain SELECT list."""
+    tokens = list(scan(sql).tokens)
+    depth, start = 0, None
+    for i, t in enumerate(tokens):
+        if t.kind == "op" and t.text == "(":
+            depth += 1
+        elif t.kind == "op" and t.text == ")":
+            depth -= 1
+        elif depth == 0 and t.upper == "SELECT":
+            start = i + 1
+            break
+    if start is None:
+        return None
+    items, current, depth = [], [], 0
+    for t in tokens[start:]:
+        if t.kind == "op" and t.text == "(":
+            depth += 1
+        elif t.kind == "op" and t.text == ")":
+            depth -= 1
+        if depth == 0 and (t.upper in _ITEM_END or t.text == ";"):
+            break
+        if depth == 0 and t.kind == "op" and t.text == ",":
+            items.append(current)
+            current = []
+            continue
+        if not items and not any(x.kind not in ("ws", "comment") for x in current) \
+                and t.upper in ("DISTINCT", "ALL"):
+            continue
+        current.append(t)
+    items.append(current)
+    return tuple(_item_name(item) for item in items)
+
+
+def sqlite_names(sql: str, server_names: tuple[str, ...]) -> tuple[str, ...]:
+    """``server_names`` (PostgreSQL's) with SQLite's spelling where it differs."""
+    wanted = result_names(sql)
+    if not wanted:
+        return server_names
+    stars = sum(1 for w in wanted if w is STAR)
+    if stars > 1 or len(wanted) - stars > len(server_names):
+        return server_names
+    width = len(server_names) - (len(wanted) - 1) if stars else 1
+    if not stars and len(wanted) != len(server_names):
+        return server_names
+    names, at = [], 0
+    for w in wanted:
+        span = width if w is STAR else 1
+        if w is None or w is STAR:
+            names.extend(server_names[at:at + span])
+        else:
+            names.append(w)
+        at += span
+    return tuple(names)
