@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import re
 import logging
 import os
 import shutil
@@ -307,3 +308,57 @@ def test_the_agents_lock_api_probe_sees_our_class(monkeypatch, tmp_path):
     with ours.SessionDB(tmp_path / "state.db") as db:
         assert probe(db) is False
         assert type(db) is ours.SessionDB
+
+
+# --------------------------------------------------------------------------- private uses
+
+#: receivers of upstream-private names that are not the session store (survey)
+_NOT_THE_STORE = {
+    ("plugins/memory/holographic/__init__.py", "_conn"),   # its own MemoryStore
+    ("plugins/memory/holographic/retrieval.py", "_conn"),
+    ("plugins/platforms/discord/adapter.py", "_conn"),     # a socket
+    ("plugins/platforms/discord/adapter.py", "_lock"),
+    ("tools/process_registry.py", "_lock"),                # a process session
+    ("gateway/run.py", "_lock"),                           # the gateway SessionStore
+}
+
+
+def _private_names_of_upstreams_classes() -> set[str]:
+    tree = ast.parse(agent_source("hermes_state.py"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name in ("SessionDB", "AsyncSessionDB"):
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                        and n.value.id == "self" and n.attr.startswith("_") \
+                        and not n.attr.startswith("__"):
+                    names.add(n.attr)
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("_") \
+                        and not n.name.startswith("__"):
+                    names.add(n.name)
+    return names
+
+
+def test_the_agent_reaches_only_into_conn_execute_write_and_the_async_db(tmp_path):
+    private = _private_names_of_upstreams_classes()
+    attribute = re.compile(r"([\w\.\)\]]+)\.(_[A-Za-z]\w*)\b")
+    by_name = re.compile(r"(?:getattr|hasattr)\(\s*([\w\.]+)\s*,\s*[\"'](_[A-Za-z]\w*)[\"']")
+    used: dict[str, set[str]] = {}
+    for path in agent_root().rglob("*.py"):
+        rel = path.relative_to(agent_root()).as_posix()
+        if rel == "hermes_state.py" or "/tests/" in f"/{rel}":
+            continue
+        text = re.sub(r"#[^\n]*", "", path.read_text(encoding="utf-8", errors="replace"))
+        for receiver, name in attribute.findall(text) + by_name.findall(text):
+            if name in private and receiver not in ("self", "cls") \
+                    and (rel, name) not in _NOT_THE_STORE:
+                used.setdefault(name, set()).add(rel)
+    assert used == {
+        "_conn": {"agent/insights.py", "hermes_cli/web_server.py", "hermes_cli/main.py",
+                  "hermes_cli/cli_agent_setup_mixin.py", "tools/session_search_tool.py"},
+        "_execute_write": {"gateway/platforms/api_server.py"},
+        "_db": {"gateway/run.py", "gateway/slash_commands.py", "plugins/platforms/telegram/adapter.py"},
+    }
+    with ours.SessionDB(tmp_path / "state.db") as db:
+        adb = ours.AsyncSessionDB(db)
+        assert adb._db is db and db._conn is not None and callable(db._execute_write)
