@@ -9,8 +9,10 @@ pays for one string comparison per import.
 ``hermes_state`` becomes another name for ``hermes_store.agent.hermes_state``: one
 module object under both names, so the agent's classes and ours are the same classes.
 ``HERMES_STORE_AGENT_HOOK=off`` lets one process import upstream's own module instead
-(what the integration suite compares against); nothing else is read from the
-environment.
+(what the integration suite compares against). And when the installed hermes-agent is
+no longer a version the switch was tested with (``hermes update`` replaced it), the
+agent gets its own module back, with a warning on stderr naming the way out, rather
+than a module that may not fit it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ TARGET = "hermes_store.agent.hermes_state"
 #: upstream's ``hermes_state`` there while the switch stays on
 OPT_OUT = "HERMES_STORE_AGENT_HOOK"
 _OFF = frozenset({"off", "0", "no", "false"})
+#: the hermes-agent releases the switch was tested with (the integration suite)
+TESTED_AGENT_VERSIONS = ("0.19.0",)
+AGENT_DIST = "hermes-agent"
 
 
 def opted_out(environ=os.environ) -> bool:
@@ -49,9 +54,27 @@ class _AliasLoader:
         module.__spec__ = self.real
 
 
+def _agent_untested() -> str | None:
+    """The installed hermes-agent's version when the switch was not tested with it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version(AGENT_DIST)
+    except PackageNotFoundError:  # a program of its own importing hermes_state
+        return None
+    return None if found in TESTED_AGENT_VERSIONS else found
+
+
 def find_spec(name, path=None, target=None):
     """The meta-path finder's answer: ``hermes_state`` → :data:`TARGET`."""
     if name != NAME or opted_out():
+        return None
+    untested = _agent_untested()
+    if untested is not None:
+        sys.stderr.write(
+            f"hermes-store agent: hermes-agent {untested} is installed, but the switch was "
+            f"tested with {', '.join(TESTED_AGENT_VERSIONS)} only; this process uses the "
+            "agent's own hermes_state. See `hermes-store agent status`.\n")
         return None
     real = importlib.util.find_spec(TARGET)
     if real is None:  # pragma: no cover - only a broken install gets here

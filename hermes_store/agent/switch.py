@@ -24,11 +24,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ._finder import NAME, OPT_OUT, TARGET
-
-#: the hermes-agent releases the switch was tested with (the integration suite)
-TESTED_AGENT_VERSIONS = ("0.19.0",)
-AGENT_DIST = "hermes-agent"
+from ._finder import AGENT_DIST, NAME, OPT_OUT, TARGET, TESTED_AGENT_VERSIONS
 HOOK_FILE = "hermes_store_agent.pth"
 #: the first line of the hook: how `disable` and `status` know the file is ours
 MARKER = "# hermes-store agent enable:"
@@ -85,7 +81,7 @@ class StoreNotImportableError(SwitchError):
 # the caller's on sys.path). Prints one JSON document. Reads only.
 _PROBE = r"""
 import importlib.util, json, os, site, sys
-HOOK = sys.argv[1]
+HOOK, AGENT = sys.argv[1], sys.argv[2]
 out = {"executable": sys.executable, "prefix": sys.prefix,
        "python": ".".join(map(str, sys.version_info[:3]))}
 dirs = list(getattr(site, "getsitepackages", lambda: [])())
@@ -103,7 +99,7 @@ except ImportError:
 out["agent"] = None
 if distribution is not None:
     try:
-        dist = distribution("hermes-agent")
+        dist = distribution(AGENT)
         out["agent"] = {"version": dist.version, "site": str(dist.locate_file(""))}
     except PackageNotFoundError:
         pass
@@ -181,7 +177,7 @@ def probe(python: str | os.PathLike | None = None) -> Environment:
         raise InterpreterError(f"--python {given}: no such executable")
     env = {k: v for k, v in os.environ.items() if k != OPT_OUT}
     try:
-        run = subprocess.run([exe, "-B", "-c", _PROBE, HOOK_FILE], capture_output=True,
+        run = subprocess.run([exe, "-B", "-c", _PROBE, HOOK_FILE, AGENT_DIST], capture_output=True,
                              text=True, cwd="/", env=env, timeout=120)
     except OSError as exc:
         raise InterpreterError(f"--python {given}: cannot run it ({exc})") from None

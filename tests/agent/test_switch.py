@@ -240,3 +240,15 @@ def test_the_upstream_file_is_untouched_by_the_switch(env):
     store_cli("agent", "disable", "--python", env.python, check=True)
     assert (env.site / "hermes_state.py").read_text() == UPSTREAM_STANDIN
     assert not list(env.site.glob("*.tmp")) and not list(env.site.glob(".*.tmp"))
+
+
+def test_an_agent_updated_to_an_untested_version_gets_its_own_module_back(env):
+    store_cli("agent", "enable", "--python", env.python, check=True)
+    metadata = env.site / "hermes_agent-0.19.0.dist-info" / "METADATA"
+    metadata.write_text(metadata.read_text().replace("0.19.0", "0.21.0"))  # `hermes update`
+    run = env.run("import hermes_state; print(hermes_state.__file__)")
+    assert run.returncode == 0 and run.stdout.strip() == str(env.site / "hermes_state.py")
+    assert "hermes-agent 0.21.0 is installed, but the switch was tested with 0.19.0" in flat(run.stderr)
+    status = store_cli("--json", "agent", "status", "--python", env.python)
+    info = json.loads(status.stdout)
+    assert status.returncode == 9 and info["enabled"] is False and info["hook_files"]
