@@ -37,15 +37,18 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 
 import sqlalchemy as _sa
 
-from hermes_store import schema as _schema
-from hermes_store.agent import errors as _errors
-from hermes_store.agent import health as _health
-from hermes_store.agent.prompts import keep_prompts_inline as _keep_prompts_inline
-from hermes_store.agent.raw import RawConnection as _RawConnection
-from hermes_store.location import URL_ENV as _URL_ENV
 from hermes_store.paths import DB_FILENAME as _DB_FILENAME
 from hermes_store.paths import hermes_home as _env_home
-from hermes_store.store import SessionDB as _StoreSessionDB
+from hermes_store.startup import collector_paused as _collector_paused
+
+with _collector_paused():  # the agent's processes pay this import (startup.py)
+    from hermes_store import schema as _schema
+    from hermes_store.agent import errors as _errors
+    from hermes_store.agent import health as _health
+    from hermes_store.agent.prompts import keep_prompts_inline as _keep_prompts_inline
+    from hermes_store.agent.raw import RawConnection as _RawConnection
+    from hermes_store.location import URL_ENV as _URL_ENV
+    from hermes_store.store import SessionDB as _StoreSessionDB
 
 T = TypeVar("T")
 
