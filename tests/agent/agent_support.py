@@ -168,10 +168,14 @@ def run_agent_python(venv: AgentVenv, script: Path, *args, env: dict, timeout: f
 # --------------------------------------------------------------------------- normalising
 
 _VOLATILE_TEXT = [
+    (re.compile(r"\bcron_[0-9a-f]{12}_\d{8}_\d{6}\b"), "cron_<job>_<stamp>"),  # cron runs' sessions
     (re.compile(r"\b\d{8}_\d{6}_[0-9a-f]{6,8}\b"), "<sid>"),  # new session ids
     (re.compile(r"\bapi_\d+_[0-9a-f]{8}\b"), "<api-sid>"),
+    (re.compile(r"\b\d{8}_\d{6}\b"), "<stamp>"),  # in cron sessions' ids
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
     (re.compile(r"\b(t|p)_[0-9a-f]{8}\b"), r"\1_<id>"),  # kanban tasks, projects
+    (re.compile(r"\b[0-9a-f]{12}\b"), "<job>"),  # cron jobs
+    (re.compile(r"/(ours|upstream|postgresql)/v1\b"), "/<lane>/v1"),  # the stub's lanes
     (re.compile(r"\b\d+(\.\d+)? (MB|KB|kB|GB|B)\b"), "<size>"),
     (re.compile(r"\b(\d+[smhd] ago|just now|yesterday)\b"), "<ago>"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?\b"), "<date>"),
@@ -185,30 +189,38 @@ VOLATILE_KEYS = {"started_at", "ended_at", "timestamp", "last_active", "created_
                  "active_time", "api_call_count", "last_seen"}
 
 
-def norm_text(text: str) -> str:
+def norm_text(text: str, literal: tuple = ()) -> str:
+    for found, repl in literal:
+        text = text.replace(found, repl)
     for pattern, repl in _VOLATILE_TEXT:
         text = pattern.sub(repl, text)
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 
-def normalise(value, keys=VOLATILE_KEYS):
-    """A flow's result with what differs run to run (times, new ids, sizes) masked."""
+def normalise(value, root: str | Path | None = None, keys=VOLATILE_KEYS):
+    """A flow's result with what differs run to run (times, new ids, sizes, the side's
+    own folder ``root``) masked."""
+    literal = ((str(root), "<root>"),) if root else ()
+    return _normalise(value, literal, keys)
+
+
+def _normalise(value, literal, keys):
     if isinstance(value, dict):
-        return {k: ("<volatile>" if k in keys and v is not None else normalise(v, keys))
+        return {k: ("<volatile>" if k in keys and v is not None else _normalise(v, literal, keys))
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [normalise(v, keys) for v in value]
+        return [_normalise(v, literal, keys) for v in value]
     if isinstance(value, str):
         stripped = value.strip()
         if stripped[:1] in "{[" and stripped[-1:] in "}]":
             try:
-                return normalise(json.loads(stripped), keys)
+                return _normalise(json.loads(stripped), literal, keys)
             except ValueError:
                 pass
         if "\n" in stripped and all(line[:1] == "{" for line in stripped.splitlines()):
             try:  # JSONL (sessions export)
-                return [normalise(json.loads(line), keys) for line in stripped.splitlines()]
+                return [_normalise(json.loads(line), literal, keys) for line in stripped.splitlines()]
             except ValueError:
                 pass
-        return norm_text(value)
+        return norm_text(value, literal)
     return value
