@@ -88,7 +88,7 @@ def fill(url: str, n_messages: int, *, log=None, long_session: int = 20_000) -> 
     import sqlalchemy as sa
 
     from hermes_store import migrate, schema
-    from hermes_store.fts import postgres as fts_pg
+    from hermes_store.backends.postgresql.fts import ddl as fts_pg
 
     migrate.upgrade(url)
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)

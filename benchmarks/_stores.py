@@ -39,7 +39,8 @@ def schema_key() -> str:
     h = hashlib.sha256(f"workload{WORKLOAD_VERSION}".encode())
     pkg = ROOT / "hermes_store"
     files = sorted((ROOT / "migrations").rglob("*.py"))
-    files += [pkg / "fts" / "ddl.py", pkg / "display_order.py", pkg / "schema.py"]
+    files += [pkg / "backends" / "sqlite" / "fts" / "ddl.py", pkg / "display_order.py",
+              pkg / "backends" / "sqlite" / "display_order.py", pkg / "schema.py"]
     for f in files:
         if f.is_file():
             h.update(f.name.encode())

@@ -84,13 +84,15 @@ def child(argv: list[str]) -> tuple[float, float, str]:
 def read_all(target: str, batch_rows: int) -> dict:
     """The baseline child: stream every table with the copy's reader, write nothing."""
     from hermes_store import dbcopy, location
+    from hermes_store.dbcopy.sides import Side
+    from hermes_store.dbcopy.tables import specs
 
-    side = dbcopy._Side(location.resolve(target), writable=False)
+    side = Side(location.resolve(target), writable=False)
     counts = {}
     try:
         with side.snapshot() as conn:
             present = side.tables(conn)
-            for spec in dbcopy._specs(with_topics=False):
+            for spec in specs(with_topics=False):
                 if spec.name not in present:
                     continue
                 n = 0

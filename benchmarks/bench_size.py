@@ -49,7 +49,7 @@ def breakdown(path: Path) -> tuple[int, dict[str, int], int]:
 def ours_fts_sizes(path: Path) -> dict | None:
     """Our own maintenance API's figures, to cross-check dbstat."""
     try:
-        from hermes_store.engine import create_engine
+        from hermes_store.backends.sqlite.engine import create_engine
         from hermes_store.fts.maintenance import fts_sizes
     except ImportError:
         return None

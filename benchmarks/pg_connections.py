@@ -8,7 +8,7 @@ to create a scratch database beside, builds one store at head (200 sessions, one
 messages) and times, per variant, the hot calls of ``benchmarks/bench_read.py`` and
 ``append_message`` (p50 per call over ``--calls`` calls, median of ``--rounds`` rounds):
 
-* ``pooled`` — what ships (``postgres.HOLD_CONNECTIONS = False``): each checkout looks
+* ``pooled`` — what ships (``pg_backend.HOLD_CONNECTIONS = False``): each checkout looks
   at the socket for a session the server ended, and pings only a connection idle for
   ``postgres.PING_AFTER_IDLE`` seconds (``postgres._check_on_checkout``);
 * ``pooled + pre-ping`` — the same plus SQLAlchemy's pre-ping, a ``SELECT 1`` round
@@ -44,7 +44,7 @@ VARIANTS = {
 
 
 def configure(hold: bool, pre_ping: bool, original=postgres.create_engine) -> None:
-    postgres.HOLD_CONNECTIONS = hold
+    pg_backend.HOLD_CONNECTIONS = hold
     postgres.create_engine = functools.partial(original, pool_pre_ping=pre_ping)
 
 

@@ -5,7 +5,7 @@
 Builds ``--messages`` synthetic messages (a quarter of them long tool rows, some CJK) in
 a scratch database — on a throwaway server (``tests/support/postgres.py``) unless
 ``--url`` names a server to use — with both candidate word indexes over the same
-projection ``fts/postgres.py`` indexes, then times (best of 5) and EXPLAINs the query
+projection ``backends/postgresql/fts/ddl.py`` indexes, then times (best of 5) and EXPLAINs the query
 shapes search runs: best-first (``ts_rank``) and newest-first pages of 20 for a frequent,
 a medium and a rare word, a phrase, a prefix and a boolean query, and a trigram
 substring page. Decision and figures: ``docs/postgres.md`` ("Full-text search").
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hermes_store.fts.postgres import FUNCTIONS, VECTOR_FUNCTION  # noqa: E402
+from hermes_store.backends.postgresql.fts.ddl import FUNCTIONS, VECTOR_FUNCTION  # noqa: E402
 
 DOC = ("CASE WHEN role = 'tool' THEN left(coalesce(content, ''), 8192) "
        "ELSE coalesce(content, '') END || ' ' || coalesce(tool_name, '')")

@@ -146,3 +146,8 @@ class CommitOutcomeUnknownError(HermesStoreError):
     """The connection was lost while a write unit's COMMIT was on its way: the server
     may or may not have applied it. Never retried (a retried append would be stored
     twice); the caller must look before writing again."""
+
+
+class CopyError(HermesStoreError):
+    """``db copy`` cannot start or go on (a non-empty destination, another copy's
+    progress record, data the destination cannot hold…); the message says what to do."""

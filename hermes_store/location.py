@@ -15,7 +15,8 @@ named ``postgresql+psycopg:``), and a URL that cannot be used is an error, never
 silent fall back to SQLite. Errors (``hermes_store.errors``) name the URL with its
 password masked and say what to do: :class:`~hermes_store.errors.DatabaseURLError`,
 :class:`~hermes_store.errors.UnsupportedBackendError`,
-:class:`~hermes_store.errors.DriverMissingError` (from :func:`require_driver`).
+:class:`~hermes_store.errors.DriverMissingError` (from :func:`require_driver`, which asks
+the target's backend).
 
 Nothing here connects or imports a driver: resolving is pure, so a default (SQLite-only)
 install never imports psycopg.
@@ -32,7 +33,7 @@ from typing import Union
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from .errors import DatabaseURLError, DriverMissingError, UnsupportedBackendError
+from .errors import DatabaseURLError, UnsupportedBackendError
 from .paths import default_db_path
 
 #: names a URL when no path or URL is given (the name upstream's PR #88889 uses)
@@ -64,7 +65,8 @@ Given = Union[str, os.PathLike, URL, "Target", None]
 
 @dataclass(frozen=True)
 class Target:
-    """A resolved database: ``backend`` is ``"sqlite"`` (``path`` set) or ``"postgresql"``.
+    """A resolved database: ``backend`` names its engine (``hermes_store.backends``):
+``"sqlite"`` (``path`` set) or ``"postgresql"``.
 
     ``url`` is the SQLAlchemy URL to connect with (its password is real: never print
     it; ``str(target)`` and ``display`` mask it). ``source`` says where it came from:
@@ -78,11 +80,24 @@ class Target:
 
     @property
     def is_sqlite(self) -> bool:
+        """For callers of the package; the package itself asks ``backends.of(target)``."""
         return self.backend == SQLITE
 
     @property
     def is_postgresql(self) -> bool:
+        """For callers of the package; the package itself asks ``backends.of(target)``."""
         return self.backend == POSTGRESQL
+
+    @property
+    def is_file(self) -> bool:
+        """A store that is one file at a path (a SQLite file), rather than a database
+        on a server."""
+        return self.path is not None
+
+    @property
+    def is_server(self) -> bool:
+        """A database on a server (not a file at a path)."""
+        return self.path is None
 
     @property
     def display(self) -> str:
@@ -191,28 +206,20 @@ def _without_url(exc: Exception, text: str | URL) -> str:
 
 
 def require_driver(target: Target) -> None:
-    """Raise :class:`DriverMissingError` when ``target``'s driver cannot be imported.
+    """Raise :class:`DriverMissingError` when ``target``'s driver cannot be imported
+    (its backend knows which; SQLite needs nothing beyond Python)."""
+    from . import backends
 
-    Called before anything connects to PostgreSQL; SQLite needs nothing beyond Python.
-    """
-    if not target.is_postgresql:
-        return
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        raise DriverMissingError(
-            f"{target.display}: the PostgreSQL driver (psycopg 3) is not installed ({exc}); "
-            f"install it with {PG_EXTRA_HINT}"
-        ) from None
+    backends.of(target).require_driver(target)
 
 
 def upgrade_hint(target: Target) -> str:
     """The commands that bring ``target`` to head (for 'below head' errors)."""
-    arg = target.display if target.is_sqlite else f"'{target.display}'"
+    arg = target.display if target.is_file else f"'{target.display}'"
     where = "" if target.source != "argument" else f" --db {arg}"
     alembic_x = "" if target.source != "argument" else f" -x db={arg}"
     masked = " (put the real password where the URL shows ***)" if (
-        target.is_postgresql and target.url.password and target.source == "argument") else ""
+        not target.is_file and target.url.password and target.source == "argument") else ""
     return (f"run `hermes-store{where} db upgrade` (or `alembic{alembic_x} upgrade head`)"
             f"{masked}")
 

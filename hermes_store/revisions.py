@@ -1,13 +1,14 @@
 """Where the schema revisions live and which one is head, without importing Alembic.
 
-Opening a store asks one question of its file every time: is it at head? Alembic
-answers it by loading every revision script (and importing Mako and Pygments on the
-way), ~100 ms of a CLI run or a cron job's start. The answer needs no script: revision
-``00NN`` lives in ``migrations/versions/00NN_<slug>.py`` (decision D2; the house rules
-in ``tests/migrations/test_revision_rules.py`` hold every file to it), so head is the
-highest number there, and the file's stamp is one row of ``alembic_version``.
+Opening a store asks one question every time: is it at head? Alembic answers it by
+loading every revision script (and importing Mako and Pygments on the way), ~100 ms of
+a CLI run or a cron job's start. The answer needs no script: revision ``00NN`` lives in
+``migrations/versions/00NN_<slug>.py`` (decision D2; the house rules in
+``tests/migrations/test_revision_rules.py`` hold every file to it), so head is the
+highest number there, and the database's stamp is one row of ``alembic_version`` (each
+backend reads it: ``backends/sqlite/stamp.py``, ``backends/postgresql/server.py``).
 Anything but a clean "at head" goes to ``hermes_store.migrate`` (Alembic), which
-adopts, upgrades or refuses the file.
+adopts, upgrades or refuses the database.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import functools
 import importlib.util
 import os
 import re
-import sqlite3
 from pathlib import Path
 
 from . import errors
@@ -50,22 +50,3 @@ def head() -> str:
             "hermes_store.migrations has no revision scripts; reinstall hermes_store"
         )
     return max(numbers)
-
-
-def stamped_at_head(path: str | os.PathLike) -> bool:
-    """True when the file is stamped at head: ``alembic_version`` holds one row, the
-    head, and ``schema_version`` one row, its number. Read through a read-only
-    connection; any other state (or any error) is False, for ``migrate`` to judge."""
-    try:
-        conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=1.0)
-    except sqlite3.Error:
-        return False
-    try:
-        stamps = conn.execute("SELECT version_num FROM alembic_version").fetchall()
-        versions = conn.execute("SELECT version FROM schema_version").fetchall()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    newest = head()
-    return stamps == [(newest,)] and versions == [(int(newest),)]

@@ -75,17 +75,17 @@ def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
             rev += " (head)"
         elif info["revision"]:
             rev += f" (head is {info['head']}: run `hermes-store db upgrade`)"
-        missing = ("no — run `hermes-store db upgrade`" if target.is_sqlite else
+        missing = ("no — run `hermes-store db upgrade`" if target.is_file else
                    "no — create it on the server (createdb), then run `hermes-store db upgrade`")
         rows = [
-            ("path" if target.is_sqlite else "database", info["path"]),
+            ("path" if target.is_file else "database", info["path"]),
             ("backend", info["backend"]),
             ("exists", "yes" if info["exists"] else missing),
             ("size", human_bytes(info["size_bytes"]) + (f" + {human_bytes(info['wal_bytes'])} WAL" if info["wal_bytes"] else "")),
             ("revision", rev),
             ("schema_version", info["schema_version"]),
         ]
-        if target.is_sqlite:  # a server keeps its own journal
+        if target.is_file:  # a server keeps its own journal
             rows.append(("journal_mode", info["journal_mode"]))
         o.pairs(rows + [("sessions", info["sessions"]), ("messages", info["messages"])])
     if not info["exists"]:

@@ -3,7 +3,7 @@ file or a PostgreSQL URL), opening the store, error -> exit code.
 
 ``--db`` is kept as typed and resolved by ``hermes_store.location`` on first use, so
 ``--help`` and SQLite commands never import the PostgreSQL side (psycopg,
-``hermes_store.postgres``), and a URL is never turned into a path.
+``hermes_store.backends.postgresql``), and a URL is never turned into a path.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def sqlite_file(ctx: typer.Context, command: str, instead: str) -> Path:
     repair); on a PostgreSQL database, :class:`SQLiteOnlyError` (exit 2) saying what to
     use there instead."""
     target = state(ctx).target
-    if target.is_sqlite:
+    if target.is_file:
         return target.path
     raise SQLiteOnlyError(
         f"`hermes-store {command}` works on SQLite files only, and {target.display} is a "
@@ -121,7 +121,7 @@ def open_store(target: "Target", *, write: bool = False) -> Iterator:
     """
     from .. import SessionDB
 
-    if not write and target.is_sqlite:
+    if not write and target.is_file:
         require_file(target.path)
     db = SessionDB(target, read_only=not write)
     try:
@@ -185,11 +185,15 @@ def _translated(exc: BaseException, ctx) -> errors.HermesStoreError | None:
     sa_exc = getattr(sys.modules.get("sqlalchemy"), "exc", None)  # loaded if it raised
     if sa_exc is None or not isinstance(exc, sa_exc.DBAPIError):
         return None
-    from ..engine import translate_error
+    from .. import backends
 
     root = ctx.find_root().obj
-    where = root.target if isinstance(root, State) and root._target is not None else "database"
-    mapped = translate_error(exc, where)
+    target = root.target if isinstance(root, State) and root._target is not None else None
+    where = target if target is not None else "database"
+    candidates = [backends.of(target)] if target is not None else [
+        backends.get(name) for name in backends.loaded()]
+    mapped = next((m for m in (b.translate_error(exc, where) for b in candidates)
+                   if m is not None), None)
     if isinstance(mapped, errors.HermesStoreError):
         return mapped
     orig = getattr(exc, "orig", None) or exc

@@ -41,10 +41,11 @@ def upgrade_command(
     steps = [rev for rev, _ in migrate.history()]
     if before.revision in steps:
         start = steps.index(before.revision) + 1
-    else:  # a new store: every revision, or on PostgreSQL the baseline (one step)
-        from ..migrate_pg import BASELINE
+    else:  # a new store: every revision, or from the engine's baseline (one step)
+        from .. import backends
 
-        start = 0 if db.is_sqlite else steps.index(BASELINE)
+        baseline = backends.of(db).migrations.baseline
+        start = 0 if baseline is None else steps.index(baseline)
     target = migrate.head() if revision == "head" else revision
     total = steps.index(target) + 1 - start if target in steps else None
     with o.progress("Upgrading", total if total and total > 0 else None) as advance:
@@ -57,7 +58,7 @@ def upgrade_command(
         after = migrate.upgrade(db, revision, progress=step)
     topics_before = migrate.inspect_telegram_topics(db).revision
     topics_after = None
-    if after == migrate.head() and db.is_sqlite:
+    if after == migrate.head() and db.is_file:
         # Topic tables someone opted into come along; absent ones are never created.
         topics_after = migrate.upgrade_telegram_topics(db.path, only_if_present=True)
     elif after == migrate.head():
@@ -96,12 +97,9 @@ def downgrade_command(
     o = out(ctx, json_flag)
     db = state(ctx).target
     before = migrate.current(db)
-    if db.is_postgresql:
-        from .. import migrate_pg
-
-        # Refused before asking: nothing below the baseline exists on a server.
-        migrate_pg.refuse_below_baseline(db, revision)
-    backup = ("hermes-store db backup DEST" if db.is_sqlite
+    # Refused before asking: nothing below a server's baseline exists there.
+    migrate.refuse_downgrade(db, revision)
+    backup = ("hermes-store db backup DEST" if db.is_file
               else "pg_dump, see docs/postgres.md")
     confirm(
         f"Downgrade {db} from {before} to {revision}? Data in newer columns and tables is "
@@ -137,7 +135,7 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     if o.json_mode:
         o.emit(payload)
     else:
-        o.line(_describe(info.revision, head, server=db.is_postgresql))
+        o.line(_describe(info.revision, head, server=db.is_server))
         if info.kind == "upstream":
             o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
 
@@ -174,7 +172,7 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 
     o = out(ctx, json_flag)
     db = state(ctx).target
-    if db.is_sqlite:
+    if db.is_file:
         from .common import require_file
 
         require_file(db.path)
@@ -223,7 +221,7 @@ def backup_command(
     """A consistent copy of the live database file, safe while Hermes keeps writing.
 
     SQLite files only: back up a PostgreSQL store with pg_dump (docs/postgres.md)."""
-    from ..recovery import backup
+    from .. import backends
 
     o = out(ctx, json_flag)
     source = sqlite_file(
@@ -231,7 +229,7 @@ def backup_command(
         "back it up with the server's own tools (`pg_dump -Fc -f hermes.dump DATABASE`, "
         "restored by pg_restore; see docs/postgres.md), or take a SQLite snapshot with "
         "`hermes-store db copy URL snapshot.db`")
-    result = backup(source, dest, overwrite=force)
+    result = backends.of(state(ctx).target).files.backup(source, dest, overwrite=force)
     if o.json_mode:
         o.emit(result.as_dict())
     else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .. import backends
 from ..errors import RECOVER_HINT
 from .common import JsonOption, open_store, out, require_file, sqlite_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
@@ -63,15 +64,13 @@ def store_status(target: "Target") -> dict:
         schema_version=found.schema_version,
         wal_bytes=wal_bytes(target),
     )
-    if target.is_sqlite:
-        from ..recovery import journal_mode
-
-        info["journal_mode"] = journal_mode(target.path)
+    if target.is_file:
+        info.update(backends.of(target).describe(target))
         info["size_bytes"] = size_bytes(target)
         if found.kind not in ("alembic", "upstream"):
             return info
     with read_engine(target) as engine, engine.connect() as conn:
-        if not target.is_sqlite:
+        if not target.is_file:
             info["size_bytes"] = size_bytes(target, conn)
         if found.kind in ("alembic", "upstream"):
             for key, table in (("sessions", schema.sessions), ("messages", schema.messages)):
@@ -94,6 +93,7 @@ def _counter_mismatches(conn) -> list[tuple[str, int | None, int]]:
     leave there: all rows (rewind keeps them counted), active rows, or rows not archived
     by compaction. Returns (id, stored, expected) with expected = not-archived rows."""
     import sqlalchemy as sa
+
     from .. import schema
     S, M = schema.sessions, schema.messages
     archived = sa.and_(M.c.active == 0, M.c.compacted == 1)
@@ -122,6 +122,7 @@ def _counter_mismatches(conn) -> list[tuple[str, int | None, int]]:
 
 def _orphans(conn) -> dict[str, int]:
     import sqlalchemy as sa
+
     from .. import schema
     S, M, U = schema.sessions, schema.messages, schema.session_model_usage
     parent = S.alias("parent")
@@ -148,15 +149,13 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
     from .. import migrate
 
     findings: list[Finding] = []
-    server = not target.is_sqlite
+    server = not target.is_file
     health = None
     if server:
         findings.append(Finding("integrity", "skipped", "not applicable on PostgreSQL: the "
                                 "server checks its own pages (data checksums, amcheck)"))
     else:
-        from ..recovery import file_health
-
-        health = file_health(target.path, quick=quick)
+        health = backends.of(target).files.health(target.path, quick=quick)
         if health.integrity:
             shown = "; ".join(health.integrity[:3])
             findings.append(Finding("integrity", "problem", f"{shown} — {RECOVER_HINT}"))
@@ -280,7 +279,7 @@ def doctor_command(
     """Check the database; exit 1 when a problem is found (after --fix: one remains)."""
     o = out(ctx, json_flag)
     target = state(ctx).target
-    if target.is_sqlite:
+    if target.is_file:
         require_file(target.path)
     findings = run_doctor(target, quick=quick)
     fixed: list[str] = []
@@ -293,9 +292,9 @@ def doctor_command(
     else:
         marks = {"ok": "[green]ok[/]", "warning": "[yellow]warn[/]", "problem": "[bold red]FAIL[/]",
                  "skipped": "[dim]n/a[/]"}
+        from rich import box
         from rich.markup import escape
         from rich.table import Table
-        from rich import box
 
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         table.add_column("Check", no_wrap=True)
@@ -326,7 +325,7 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     untouched, with the `recover` hint. Needs the file to itself: stop Hermes first.
     SQLite files only.
     """
-    from ..schema_repair import repair
+    from .. import backends
 
     o = out(ctx, json_flag)
     path = sqlite_file(
@@ -335,7 +334,7 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "server does not have; check the store with `hermes-store maintenance doctor` "
         "(its --fix rebuilds the full-text indexes)")
     require_file(path)
-    report = repair(path)
+    report = backends.of(state(ctx).target).files.repair(path)
     if o.json_mode:
         o.emit(report.as_dict())
         return
@@ -390,7 +389,7 @@ def vacuum_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     space is reused by the database rather than given back to the disk."""
     o = out(ctx, json_flag)
     target = state(ctx).target
-    if target.is_sqlite:
+    if target.is_file:
         require_file(target.path)
     before = _store_bytes(target)
     with open_store(target, write=True) as db:
@@ -404,7 +403,7 @@ def vacuum_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
 
 def _store_bytes(target: "Target") -> int:
     """The file and its WAL, or the PostgreSQL database's size."""
-    if target.is_sqlite:
+    if target.is_file:
         return size_bytes(target) + wal_bytes(target)
     with read_engine(target) as engine, engine.connect() as conn:
         return size_bytes(target, conn)

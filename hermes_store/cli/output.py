@@ -16,10 +16,16 @@ import sys
 from typing import Any, Callable, Iterator
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.cells import cell_len
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 # Exit codes (documented in docs/operations.md and `hermes-store --help`).

@@ -7,9 +7,8 @@ database). What they need from it, per engine:
 
 ``probe(target) -> Probe``
     Where the database stands (``missing``, ``empty``, ``alembic``, ``upstream``), read
-    without writing: ``migrate.inspect_file`` for a file, ``migrate_pg`` (one read-only
-    transaction) for PostgreSQL, where a database the server does not have is
-    ``missing``.
+    without writing (the backend's ``Migrations.state``); a database the server does
+    not have is ``missing``.
 ``read_engine(target)``
     A read-only engine for the CLI's own statements, every transaction a read
     snapshot (SQLite ``mode=ro``; PostgreSQL read-only on the server, REPEATABLE READ),
@@ -18,15 +17,14 @@ database). What they need from it, per engine:
     The file's size (PostgreSQL: ``pg_database_size``) and its ``-wal`` (None on a
     server: it keeps its own WAL).
 
-The PostgreSQL side (``hermes_store.postgres``, psycopg) is imported only for a
-PostgreSQL target.
+Each asks the target's backend, so the PostgreSQL side (and psycopg) is imported only
+for a PostgreSQL target.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from .. import errors
@@ -53,19 +51,20 @@ class Probe:
 
 
 def probe(target: "Target") -> Probe:
-    """Where ``target`` stands, read without writing anything."""
-    if target.is_sqlite:
-        from .. import migrate
+    """Where ``target`` stands, read without writing anything (a database the server
+    does not have is ``missing``)."""
+    from .. import backends
 
-        found = migrate.inspect_file(target.path)
-        return Probe(found.kind, found.revision, found.schema_version)
-    from .. import migrate_pg
-
+    migrations = backends.of(target).migrations
     try:
-        found = migrate_pg.inspect_database(target)
+        found = migrations.state(target)
     except errors.StoreNotFoundError:
+        if target.is_file:
+            raise
         return Probe("missing", None, None)
-    version = migrate_pg.schema_version_of(target) if found.kind == "alembic" else None
+    version = found.schema_version
+    if version is None and found.kind == "alembic" and target.is_server:
+        version = migrations.schema_version_of(target)
     return Probe(found.kind, found.revision, version)
 
 
@@ -75,36 +74,29 @@ def read_engine(target: "Target") -> Iterator["sa.Engine"]:
     on exit. Driver errors become the package's errors (they name the database)."""
     import sqlalchemy as sa
 
-    from ..engine import create_engine, raise_translated, reader
+    from .. import backends
+    from ..connections import reader
 
-    if target.is_sqlite:
-        engine = create_engine(target.path, read_only=True, journal_mode=None,
-                               poolclass=sa.pool.NullPool)
-    else:
-        from .. import postgres
-
-        engine = postgres.create_engine(target, read_only=True, poolclass=sa.pool.NullPool)
+    backend = backends.of(target)
+    engine = backend.inspection_engine(target)
     try:
         yield reader(engine)
     except sa.exc.DBAPIError as exc:
-        raise_translated(exc, target)
+        backend.raise_translated(exc, target)
     finally:
         engine.dispose()
 
 
 def size_bytes(target: "Target", conn: "sa.Connection | None" = None) -> int | None:
-    """The file's size, or the PostgreSQL database's (``pg_database_size``, through
-    ``conn``); None when there is nothing to measure."""
-    if target.is_sqlite:
-        return target.path.stat().st_size if target.path.exists() else None
-    if conn is None:
-        return None
-    return conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
+    """The file's size, or the server database's (through ``conn``); None when there is
+    nothing to measure."""
+    from .. import backends
+
+    return backends.of(target).size_bytes(conn, target)
 
 
 def wal_bytes(target: "Target") -> int | None:
-    """The size of a file's ``-wal`` (0 when absent); None on PostgreSQL."""
-    if not target.is_sqlite:
-        return None
-    wal = Path(f"{target.path}-wal")
-    return wal.stat().st_size if wal.exists() else 0
+    """The size of a file's ``-wal`` (0 when absent); None on a server."""
+    from .. import backends
+
+    return backends.of(target).wal_bytes(target)

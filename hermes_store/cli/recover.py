@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOption, local_path, out, sqlite_file
+from .common import JsonOption, local_path, out, sqlite_file, state
 from .output import EXIT_PROBLEMS
 
 
@@ -27,7 +27,7 @@ def recover_command(
     inspect the report, then swap the files yourself with Hermes stopped. Exit 1 when
     rows were lost (the output is still written). SQLite files only.
     """
-    from ..recovery import recover
+    from .. import backends
 
     o = out(ctx, json_flag)
     source = sqlite_file(
@@ -36,7 +36,7 @@ def recover_command(
         "repairs and restores its own data (its logs, amcheck, a pg_dump or base backup; "
         "see docs/postgres.md)")
     with o.progress("Recovering tables", None) as advance:
-        report = recover(
+        report = backends.of(state(ctx).target).files.recover(
             source,
             output_path,
             work_dir=work_dir,

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from ..errors import SessionNotFoundError
-from .common import JsonOption, YesOption, confirm, local_path, open_store, out, require_file, state
+from .common import (
+    JsonOption,
+    YesOption,
+    confirm,
+    local_path,
+    open_store,
+    out,
+    require_file,
+    state,
+)
 from .output import human_bytes, one_line, when
 from .probe import read_engine, size_bytes, wal_bytes
 
@@ -448,7 +457,7 @@ def export_command(
     if ref:
         with open_store(db_target) as db:
             sid = resolve(db, ref)
-    elif db_target.is_sqlite:
+    elif db_target.is_file:
         require_file(db_target.path)  # the export itself reads any schema version, read-only
 
     to_stdout = output_path is None or output_path.name == "-"

@@ -1,32 +1,11 @@
-"""Full-text search over messages: the head FTS5 layout and its upkeep.
+"""Full-text search over messages: what both engines share.
 
-* ``hermes_store.fts.ddl`` — head DDL (views, FTS5 tables, gated triggers),
-  ``create_fts`` / ``drop_fts``, tokenizer probes, ``is_fts_object``;
-* ``hermes_store.fts.maintenance`` — ``rebuild``, ``integrity_check``, bounded
-  ``optimize``, ``fts_sizes``.
+* ``hermes_store.fts.layout`` — the indexes' names and scope (layout 3, decision D7);
+* ``hermes_store.fts.query`` — the sanitizer, the terms, the route a query takes;
+* ``hermes_store.fts.maintenance`` — rebuild, integrity check, bounded optimize, sizes,
+  on the connection's engine.
 
-SQLite-specific SQL (FTS5, ``json_extract``) stays inside this package.
+Each engine's SQL lives in its backend: FTS5 in ``backends/sqlite/fts/`` (DDL, the MATCH
+route, the FTS5 upkeep), the ``tsvector``/``pg_trgm`` counterpart in
+``backends/postgresql/fts/``.
 """
-
-from .ddl import (
-    FTS_STORAGE_VERSION,
-    FTS_TABLES,
-    create_fts,
-    drop_fts,
-    is_fts_object,
-    stamp_storage_version,
-)
-from .maintenance import fts_sizes, integrity_check, optimize, rebuild
-
-__all__ = [
-    "FTS_STORAGE_VERSION",
-    "FTS_TABLES",
-    "create_fts",
-    "drop_fts",
-    "fts_sizes",
-    "integrity_check",
-    "is_fts_object",
-    "optimize",
-    "rebuild",
-    "stamp_storage_version",
-]

@@ -1,269 +1,49 @@
-"""Upkeep of the full-text indexes: rebuild, integrity check, bounded optimize, sizes.
+"""Upkeep of the full-text indexes on either engine: rebuild, check, optimize, sizes.
 
-Every function takes a SQLAlchemy ``Connection`` and works inside the caller's
-transaction (nothing here commits), so the caller chooses the unit: one transaction
-for a rebuild, a short write transaction per ``optimize`` call.
+Every function takes a SQLAlchemy ``Connection``, works inside the caller's transaction
+(nothing here commits) and hands over to the connection's backend (``Backend.*_fts``):
+FTS5 ``'rebuild'``/``'integrity-check'``/bounded ``'merge'`` on SQLite
+(``backends/sqlite/fts/maintenance.py``), ``REINDEX``, validity checks and
+``gin_clean_pending_list`` + ``ANALYZE`` on PostgreSQL (``backends/postgresql/fts``). So
+callers — the repository's maintenance concern, the CLI, ``recover`` — never ask which
+engine they have.
 
-``rebuild(conn, *, progress=None) -> list[str]``
-    FTS5 ``'rebuild'`` of every index present (the cjk one only where its tokenizer is
-    loadable); clears the rebuild-gate keys; re-attaches detached cjk triggers.
-``integrity_check(conn) -> list[str]``
-    Human-readable problems, empty when all is well: missing tables/triggers, a
-    pending rebuild, and FTS5 ``integrity-check`` failures (rank = 1: the index is also
-    compared with its external content, which is what goes wrong when a trigger
-    misses a write).
-``optimize(conn, *, pages=MERGE_PAGES, steps=MERGE_STEPS) -> bool``
-    At most ``steps`` bounded FTS5 ``'merge'`` commands per index (each writes about
-    ``pages`` pages) instead of one unbounded ``'optimize'``; True once nothing is left
-    to merge. Call it repeatedly, one short transaction each, until it returns True.
-``fts_sizes(conn) -> dict[str, int]``
-    Bytes used by each index (its shadow tables), from ``dbstat`` where SQLite has it,
-    else an estimate from the stored payload.
-``usable_indexes(conn) -> list[str]``
-    The indexes present and usable here (by the FTS5 tables' names).
-
-On a PostgreSQL connection each function hands over to its counterpart in
-``hermes_store.fts.postgres`` (``REINDEX``, validity checks, ``gin_clean_pending_list`` +
-``ANALYZE``, relation sizes), so callers — the repository's maintenance concern, the
-CLI — never ask which engine they have.
+``rebuild(conn, *, progress=None) -> list[str]``   the indexes rebuilt
+``integrity_check(conn) -> list[str]``            problems, empty when all is well
+``optimize(conn, **options) -> bool``             one bounded step; True once done
+``fts_sizes(conn) -> dict[str, int]``             bytes per index
+``usable_indexes(conn) -> list[str]``             the indexes present and usable
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Callable
-
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from . import ddl
-
-log = logging.getLogger(__name__)
-
-#: pages one merge step writes (about 1 MiB with 4 KiB pages): short write transactions
-MERGE_PAGES = 256
-#: merge steps per index and per ``optimize`` call
-MERGE_STEPS = 16
-
-#: ``progress(table, done, total)`` is called after each index is rebuilt
-ProgressCallback = Callable[[str, int, int], None]
-
-_BASE_TRIGGERS = tuple(t for t in ddl.FTS_TRIGGERS if t not in ddl.CJK_TRIGGERS)
-_REBUILD_HINT = "rebuild the full-text index (hermes_store.fts.maintenance.rebuild)"
-
-
-def _postgres(conn: Connection):
-    """``fts.postgres`` when ``conn`` is PostgreSQL's, else None."""
-    if conn.dialect.name != "postgresql":
-        return None
-    from . import postgres
-
-    return postgres
+from .. import backends
+from ..backends.base import ProgressCallback
 
 
 def usable_indexes(conn: Connection) -> list[str]:
-    """The full-text indexes present and usable on this connection."""
-    if _postgres(conn) is not None:
-        from .query_pg import available_indexes
-
-        found = available_indexes(conn)
-        return [t for t in (ddl.FTS_TABLE, ddl.TRIGRAM_TABLE) if t in found]
-    return _usable_tables(conn)
-
-
-def _present_tables(conn: Connection) -> list[str]:
-    rows = conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
-        ddl.FTS_TABLES,
-    ).scalars()
-    present = set(rows)
-    return [t for t in ddl.FTS_TABLES if t in present]
-
-
-def _usable_tables(conn: Connection) -> list[str]:
-    """Present indexes that can be opened here (cjk needs its tokenizer)."""
-    tables = _present_tables(conn)
-    if ddl.CJK_TABLE in tables and not ddl.table_usable(conn, ddl.CJK_TABLE):
-        log.info("%s skipped: its tokenizer is not available here", ddl.CJK_TABLE)
-        tables.remove(ddl.CJK_TABLE)
-    return tables
-
-
-def _meta_int(conn: Connection, key: str) -> int | None:
-    value = conn.exec_driver_sql("SELECT value FROM state_meta WHERE key = ?", (key,)).scalar()
-    return None if value is None else int(value)
+    return backends.of(conn).usable_fts_indexes(conn)
 
 
 def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> list[str]:
-    """Rebuild every usable index from its source view; returns the tables rebuilt."""
-    postgres = _postgres(conn)
-    if postgres is not None:
-        return postgres.rebuild(conn, progress=progress)
-    tables = _usable_tables(conn)
-    for done, table in enumerate(tables, start=1):
-        conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
-        if progress is not None:
-            progress(table, done, len(tables))
-    stale_cjk = conn.exec_driver_sql(
-        "SELECT 1 FROM state_meta WHERE key = ?", (ddl.CJK_STALE_KEY,)
-    ).first() is not None
-    keys = [ddl.REBUILD_HIGH_WATER_KEY, ddl.REBUILD_PROGRESS_KEY]
-    if ddl.CJK_TABLE in tables:
-        keys += [ddl.CJK_REBUILD_HIGH_WATER_KEY, ddl.CJK_REBUILD_PROGRESS_KEY]
-        if stale_cjk:
-            ddl.attach_cjk(conn)
-    for key in keys:
-        conn.exec_driver_sql("DELETE FROM state_meta WHERE key = ?", (key,))
-    return tables
+    return backends.of(conn).rebuild_fts(conn, progress=progress)
 
 
 def integrity_check(conn: Connection) -> list[str]:
-    postgres = _postgres(conn)
-    if postgres is not None:
-        return postgres.integrity_check(conn)
-    problems: list[str] = []
-    present = _present_tables(conn)
-    for table in (ddl.FTS_TABLE, ddl.TRIGRAM_TABLE):
-        if table not in present:
-            problems.append(f"{table}: missing; recreate the full-text search tables")
-    triggers = set(conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'trigger'"
-    ).scalars())
-    missing = [t for t in _BASE_TRIGGERS if t not in triggers]
-    if missing:
-        problems.append(
-            f"triggers missing ({', '.join(missing)}): new messages are not indexed; "
-            f"recreate them and {_REBUILD_HINT}"
-        )
-
-    high_water = _meta_int(conn, ddl.REBUILD_HIGH_WATER_KEY)
-    done = _meta_int(conn, ddl.REBUILD_PROGRESS_KEY)
-    pending = high_water is not None and (done or 0) < high_water
-    if pending:
-        problems.append(
-            f"rebuild pending: messages {(done or 0) + 1}..{high_water} are not indexed yet; "
-            f"{_REBUILD_HINT}"
-        )
-    if ddl.CJK_TABLE in present and _meta_int(conn, ddl.CJK_STALE_KEY):
-        problems.append(f"{ddl.CJK_TABLE}: stale (its triggers were detached); {_REBUILD_HINT}")
-
-    for table in _usable_tables(conn):
-        gated = pending if table != ddl.CJK_TABLE else _cjk_pending(conn)
-        # While rows are deliberately missing, only the index's own structure can be
-        # checked (rank 0); comparing with the content (rank 1) would flag the gap.
-        rank = 0 if gated else 1
-        try:
-            conn.exec_driver_sql(
-                f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', {rank})"
-            )
-        except sa.exc.DBAPIError as exc:
-            problems.append(
-                f"{table}: integrity-check failed ({exc.orig}): the index does not match "
-                f"the messages; {_REBUILD_HINT}"
-            )
-    return problems
+    return backends.of(conn).fts_integrity_check(conn)
 
 
-def _cjk_pending(conn: Connection) -> bool:
-    high_water = _meta_int(conn, ddl.CJK_REBUILD_HIGH_WATER_KEY)
-    done = _meta_int(conn, ddl.CJK_REBUILD_PROGRESS_KEY) or 0
-    return high_water is not None and done < high_water
-
-
-def _total_changes(conn: Connection) -> int:
-    return conn.exec_driver_sql("SELECT total_changes()").scalar()
-
-
-def merge_step(
-    conn: Connection, table: str, *, pages: int = MERGE_PAGES, start: bool = False
-) -> bool:
-    """One bounded FTS5 merge of ``table``; True when it did work (more may remain).
-
-    ``start=True`` makes every segment eligible (the first step of an incremental
-    optimize); later steps continue that merge.
-    """
-    if pages < 1:
-        raise ValueError(f"pages must be a positive number of pages, got {pages!r}")
-    before = _total_changes(conn)
-    amount = -pages if start else pages
-    conn.exec_driver_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {amount})")
-    # FTS5 documents a change-count delta below 2 as "nothing was merged".
-    return _total_changes(conn) - before >= 2
-
-
-def optimize(conn: Connection, *, pages: int = MERGE_PAGES, steps: int = MERGE_STEPS) -> bool:
-    """Bounded incremental optimize of every usable index; True when fully merged
-    (PostgreSQL's counterpart finishes in one call)."""
-    postgres = _postgres(conn)
-    if postgres is not None:
-        return postgres.optimize(conn)
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps!r}")
-    finished = True
-    for table in _usable_tables(conn):
-        worked = False
-        for step in range(steps):
-            worked = merge_step(conn, table, pages=pages, start=step == 0)
-            if not worked:
-                break
-        finished = finished and not worked
-    return finished
+def optimize(conn: Connection, **options) -> bool:
+    """One bounded step of index upkeep (SQLite: ``pages``/``steps`` of FTS5 merging);
+    True when nothing is left to do. Call it, one short transaction each, until True."""
+    return backends.of(conn).optimize_fts(conn, **options)
 
 
 def fts_sizes(conn: Connection) -> dict[str, int]:
-    """Bytes per index (sum over its shadow tables); estimated where dbstat is missing."""
-    postgres = _postgres(conn)
-    if postgres is not None:
-        return postgres.fts_sizes(conn)
-    sizes: dict[str, int] = {}
-    for table in _present_tables(conn):
-        shadows = [
-            name for name in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?, ?)",
-                tuple(table + s for s in ddl.SHADOW_SUFFIXES),
-            ).scalars()
-        ]
-        measured = _dbstat_bytes(conn, shadows)
-        sizes[table] = measured if measured is not None else _payload_bytes(conn, shadows)
-    return sizes
+    return backends.of(conn).fts_sizes(conn)
 
 
-#: the dbstat virtual table (absent when SQLite lacks SQLITE_ENABLE_DBSTAT_VTAB)
-_DBSTAT = "dbstat"
-
-
-def _dbstat_bytes(conn: Connection, tables: list[str]) -> int | None:
-    if not tables:
-        return 0
-    marks = ", ".join("?" for _ in tables)
-    try:
-        return conn.exec_driver_sql(
-            f"SELECT COALESCE(SUM(pgsize), 0) FROM {_DBSTAT} WHERE name IN ({marks})",
-            tuple(tables),
-        ).scalar()
-    except sa.exc.OperationalError as exc:  # SQLite built without SQLITE_ENABLE_DBSTAT_VTAB
-        log.debug("dbstat unavailable (%s); estimating FTS sizes", exc.orig)
-        return None
-
-
-def _payload_bytes(conn: Connection, tables: list[str]) -> int:
-    """Sum of stored value sizes: a lower bound of the pages used, good enough to compare."""
-    total = 0
-    for table in tables:
-        columns = [r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")')]
-        row_size = " + ".join(f'COALESCE(length(CAST("{c}" AS BLOB)), 0)' for c in columns)
-        query = f'SELECT COALESCE(SUM({row_size}), 0) FROM "{table}"'
-        total += conn.exec_driver_sql(query).scalar()
-    return total
-
-
-__all__ = [
-    "MERGE_PAGES",
-    "MERGE_STEPS",
-    "fts_sizes",
-    "integrity_check",
-    "merge_step",
-    "optimize",
-    "rebuild",
-    "usable_indexes",
-]
+__all__ = ["ProgressCallback", "fts_sizes", "integrity_check", "optimize", "rebuild",
+           "usable_indexes"]

@@ -1,8 +1,9 @@
-"""The search query layer: what a user typed → a safe FTS5 query and a route.
+"""The search query layer: what a user typed → a safe query and a route (any engine).
 
-Everything here is SQLite/FTS5-specific, which is why it lives in ``hermes_store.fts``
-and not in the repository (``hermes_store.repository.search`` only composes these pieces
-with portable Core filters).
+The sanitizer's output is FTS5's query grammar, which is also the input of PostgreSQL's
+route (``backends/postgresql/fts/search.py`` turns it into a ``tsquery``); the SQL of each
+route is the backend's (``Backend.search``), so ``hermes_store.repository.search`` only
+composes these pieces with portable Core filters.
 
 * ``sanitize_fts5_query(text) -> str`` — turns *any* string into either ``""`` or an
   expression FTS5's MATCH accepts (upstream's rules, plus the fixes that make the
@@ -12,23 +13,16 @@ with portable Core filters).
 * ``plan_search(sanitized, indexes) -> SearchPlan`` — which index serves a query:
   ``messages_fts`` (unicode61), ``messages_fts_trigram`` (substring, CJK) or the bounded
   ``LIKE`` scan for CJK terms too short for trigram (< 3 characters).
-* SQL pieces: ``fts_source``/``match``/``snippet``/``rank`` for a MATCH query,
-  ``available_indexes(conn)``; ``like_snippet`` (Python) for the LIKE route.
-* ``search_sql(dialect)`` — the pieces a route's statements are built from, for the
-  connection's engine: ``FTS5_SEARCH`` (here) on SQLite, ``query_pg.PG_SEARCH`` on
-  PostgreSQL. The repository composes only these, so its search code has no dialect.
+* ``like_snippet`` (Python) for the LIKE route; the snippet markers both engines write.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-import sqlalchemy as sa
-
-from .ddl import FTS_TABLE, TRIGRAM_TABLE
+from .layout import FTS_TABLE, TRIGRAM_TABLE
 
 #: the sanitizer looks at no more than this many characters of a query
 MAX_FTS5_QUERY_CHARS = 2048
@@ -337,51 +331,6 @@ def plan_search(sanitized: str, indexes: Iterable[str]) -> SearchPlan | None:
     return SearchPlan(ROUTE_FTS, sanitized, retry_trigram=retry, fallback_like_terms=words)
 
 
-# --------------------------------------------------------------------------- SQL pieces
-
-
-#: which of the two FTS5 tables the open file has (run with ``PRESENT_INDEXES_VALUES``)
-PRESENT_INDEXES = sa.text(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"
-)
-PRESENT_INDEXES_VALUES = {"a": FTS_TABLE, "b": TRIGRAM_TABLE}
-
-
-def available_indexes(conn: sa.Connection) -> frozenset[str]:
-    """The FTS5 tables of the open file that search can use."""
-    rows = conn.execute(PRESENT_INDEXES, PRESENT_INDEXES_VALUES)
-    return frozenset(name for (name,) in rows)
-
-
-@functools.lru_cache(maxsize=None)
-def fts_source(index: str) -> sa.TableClause:
-    """The FTS5 table as a FROM item: its ``rowid`` (= messages.id) and ``rank``.
-
-    One object per index, so ``rank(index)`` and a join on ``fts_source(index)`` name
-    the same FROM item (two objects would be a cartesian product).
-    """
-    return sa.table(index, sa.column("rowid"), sa.column("rank"))
-
-
-def match(index: str, expression: str | sa.BindParameter) -> sa.ColumnElement[bool]:
-    """``index MATCH expression``; ``expression`` is the text or a named bind parameter."""
-    if not isinstance(expression, sa.BindParameter):
-        expression = sa.bindparam(None, expression, type_=sa.Text)
-    return sa.literal_column(index).op("MATCH")(expression)
-
-
-def rank(index: str) -> sa.ColumnElement:
-    return fts_source(index).c.rank
-
-
-def snippet(index: str) -> sa.ColumnElement[str]:
-    """Matched tokens in ``>>>…<<<``, ≤ 40 tokens, from the best-matching column."""
-    return sa.func.snippet(
-        sa.literal_column(index), -1, SNIPPET_OPEN, SNIPPET_CLOSE, SNIPPET_ELLIPSIS,
-        SNIPPET_TOKENS, type_=sa.Text,
-    )
-
-
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -412,106 +361,20 @@ def like_snippet(columns: Sequence[Any], terms: Sequence[str]) -> str:
     return content[:LIKE_SNIPPET_CHARS] if isinstance(content, str) else ""
 
 
-# --------------------------------------------------------------------------- per engine
-
-
-class Fts5Search:
-    """How a full-text route is written on SQLite: the FTS5 table joined to
-    ``messages`` by rowid, ``MATCH`` on the sanitized expression, FTS5's BM25 ``rank``
-    (best first is ``ORDER BY rank`` alone: FTS5 then hands rows over in that order and
-    ``snippet()`` runs for the returned page only) and ``snippet()``.
-
-    The interface (``query_pg.PgSearch`` has the same): ``prepare(index, expression)``
-    gives the statement's *shape* (hashable: statements are built once per shape) and
-    its bound values, or None when nothing can match; ``source``, ``row_id``,
-    ``condition``, ``rank``, ``best_first``, ``snippet`` give Core pieces for a shape;
-    when ``snippet`` is None the caller computes it in Python with ``text_snippet``.
-    """
-
-    name = "sqlite"
-    #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
-    falls_back_to_like = True
-    #: FTS5 hands matches over best first: the page is read in one pass (see
-    #: ``repository.search._ranked``)
-    page_first = False
-    present_indexes = PRESENT_INDEXES
-    present_indexes_values = PRESENT_INDEXES_VALUES
-    #: whether "both indexes present" may be kept per connection instead of asked per
-    #: search: not here, where a missing FTS5 table must send the search to the LIKE
-    #: scan (and asking costs microseconds)
-    keeps_present_indexes = False
-    #: whether a best-first page's LIMIT is written into the statement
-    #: (``repository.search._page_size``); here it is bound
-    page_size_in_sql = False
-
-    def search_layer_missing(self, exc: BaseException) -> bool:
-        """Whether a search statement failed because the full-text layer is gone
-        (answered by looking for the indexes again); never on SQLite, where a failed
-        MATCH falls back to the LIKE scan instead."""
-        return False
-
-    def prepare(self, index: str, expression: str) -> tuple[Any, dict] | None:
-        return None, {"expression": expression}
-
-    def source(self, index: str, messages: sa.Table) -> sa.FromClause:
-        fts = fts_source(index)
-        return fts.join(messages, messages.c.id == fts.c.rowid)
-
-    def row_id(self, index: str, messages: sa.Table) -> sa.ColumnElement:
-        return fts_source(index).c.rowid
-
-    def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
-        return match(index, sa.bindparam("expression", type_=sa.Text))
-
-    def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
-        return rank(index)
-
-    def best_first(self, index: str, messages: sa.Table, shape) -> tuple:
-        return (rank(index),)
-
-    def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
-        return snippet(index)
-
-    def text_snippet(self, expression: str, content: Any, tool_name: Any) -> str:
-        raise NotImplementedError("FTS5 writes its snippets in SQL")  # pragma: no cover
-
-
-FTS5_SEARCH = Fts5Search()
-
-
-def search_sql(dialect) -> Fts5Search:
-    """The full-text route pieces for a dialect (``Connection.dialect``)."""
-    if dialect.name == "postgresql":
-        from .query_pg import PG_SEARCH
-
-        return PG_SEARCH
-    return FTS5_SEARCH
-
-
 __all__ = [
-    "FTS5_SEARCH",
-    "Fts5Search",
     "FTS_OPERATORS",
-    "PRESENT_INDEXES",
-    "PRESENT_INDEXES_VALUES",
     "MAX_FTS5_QUERY_CHARS",
     "ROUTE_FTS",
     "ROUTE_LIKE",
     "ROUTE_TRIGRAM",
     "SearchPlan",
     "Term",
-    "available_indexes",
     "contains_cjk",
     "count_cjk",
-    "fts_source",
     "is_cjk_codepoint",
     "like_snippet",
-    "match",
     "plan_search",
     "query_terms",
-    "rank",
     "sanitize_fts5_query",
-    "search_sql",
-    "snippet",
     "trigram_query",
 ]

@@ -26,9 +26,9 @@ that unit (it does not open a second transaction that would wait for the first),
 the unit's own changes), inside another ``_read`` it reuses the outer snapshot. That
 lets a public method compose other public methods and still be one unit / one snapshot.
 
-On SQLite each thread reads on its own held connection (``engine.HeldConnections``) and
-writes on another, so threads never share a transaction; on PostgreSQL each unit and
-each read checks a connection out of the pool (``engine.PooledConnections``).
+On SQLite each thread reads on its own held connection (``connections.HeldConnections``)
+and writes on another, so threads never share a transaction; on PostgreSQL each unit and
+each read checks a connection out of the pool (``connections.PooledConnections``).
 
 ``SessionDB.__init__`` (``hermes_store.store``) opens the database and sets the
 attributes; ``target`` names it in errors (a path, or a URL with its password masked).
@@ -39,15 +39,18 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..engine import (BEGIN_MODE, HeldConnections, PooledConnections, WriteUnits,
-                      raise_translated, transaction)
+from ..connections import BEGIN_MODE, HeldConnections, PooledConnections, transaction
 from ..errors import StoreClosedError, StoreReadOnlyError
+from ..units import WriteUnits
 from .prebuilt import Prebuilt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.base import Backend
 
 T = TypeVar("T")
 
@@ -95,6 +98,8 @@ class RepositoryBase:
     target: object = None
     read_only: bool = False
     _engine: Engine | None = None
+    #: the engine's answers (``hermes_store.backends``): set by ``SessionDB.__init__``
+    _backend: "Backend | None" = None
     _units: WriteUnits | None = None
     _readers: HeldConnections | PooledConnections | None = None
     #: PostgreSQL only: single statements run without a transaction from here
@@ -144,7 +149,7 @@ class RepositoryBase:
                 with readers.checkout() as conn, self._snapshot(conn):
                     yield conn
         except sa.exc.DBAPIError as exc:
-            raise_translated(exc, self.target)
+            self._backend.raise_translated(exc, self.target)
 
     @contextmanager
     def _snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
@@ -173,7 +178,7 @@ class RepositoryBase:
             with singles.checkout() as conn:
                 return statement.rows_alone(conn, values)
         except sa.exc.DBAPIError as exc:
-            raise_translated(exc, self.target)
+            self._backend.raise_translated(exc, self.target)
 
     def _read_lazily(self, fn: Callable[[LazyReads], T]) -> T:
         """``fn(reads)``, every data statement it reads in one snapshot, paying for the
@@ -195,7 +200,7 @@ class RepositoryBase:
             with singles.checkout() as conn:
                 return self._lazily_on(conn, fn)
         except sa.exc.DBAPIError as exc:
-            raise_translated(exc, self.target)
+            self._backend.raise_translated(exc, self.target)
 
     def _lazily_on(self, conn: sa.Connection, fn: Callable[[LazyReads], T]) -> T:
         """``_read_lazily`` on an autocommit connection of ``_singles``."""

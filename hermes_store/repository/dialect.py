@@ -1,7 +1,10 @@
-"""The only place where the repository's SQL depends on the database dialect.
+"""The repository's constructs whose SQL depends on the engine, each defined once.
 
 The repository modules build portable SQLAlchemy Core statements; the things Core
-does not spell portably are kept here, each as one small construct:
+does not spell portably are kept here, each as one small construct with its generic
+SQL (what PostgreSQL runs); a backend whose engine spells one differently registers
+its own compilation in ``backends/<engine>/dialect.py`` (SQLite's are exactly the SQL
+each construct replaced):
 
 * ``insert_for(conn, table)`` — the dialect's ``INSERT`` with ``ON CONFLICT`` support
   (SQLite and PostgreSQL share the ``on_conflict_do_update``/``_do_nothing`` API);
@@ -30,8 +33,8 @@ does not spell portably are kept here, each as one small construct:
   ``sum(bigint)`` is ``numeric`` (the driver would hand back ``Decimal``), SQLite's an
   integer.
 On PostgreSQL ``json_text`` compiles to ``hermes_json_text()``, a function of the
-PostgreSQL head (``hermes_store/fts/postgres.py``) with the same NULL-for-malformed rule.
-``starts_with`` renders PostgreSQL's own function there.
+PostgreSQL head (``backends/postgresql/fts/ddl.py``) with the same NULL-for-malformed
+rule. ``starts_with`` renders PostgreSQL's own function there.
 """
 
 from __future__ import annotations
@@ -41,17 +44,35 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 
+from .. import backends
+
+
+def _generic(construct):
+    """Register the decorated function as ``construct``'s generic SQL.
+
+    Each backend registers its own SQL for a construct where it differs
+    (``backends/<engine>/dialect.py``, imported with the backend). A dialect whose
+    backend is not loaded yet — a statement compiled before any store of that engine
+    was opened — gets it loaded first, then compiles with it; a dialect without a
+    backend, or whose backend has nothing of its own, gets the generic SQL.
+    """
+    def decorate(fn):
+        def compile_(element, compiler, **kw):
+            name = compiler.dialect.name
+            if name in backends.PACKAGES and name not in backends.loaded():
+                backends.get(name)
+                return compiler.process(element, **kw)
+            return fn(element, compiler, **kw)
+
+        compiles(construct)(compile_)
+        return fn
+
+    return decorate
+
 
 def insert_for(conn: sa.Connection, table: sa.Table):
     """``insert(table)`` of the connection's dialect, with ``on_conflict_*`` methods."""
-    name = conn.dialect.name
-    if name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:  # pragma: no cover - only SQLite is shipped today
-        raise NotImplementedError(f"no upsert support for dialect {name!r}")
-    return insert(table)
+    return backends.of(conn).insert(table)
 
 
 class json_text(FunctionElement):
@@ -73,19 +94,10 @@ class json_text(FunctionElement):
         super().__init__(column)
 
 
-@compiles(json_text, "sqlite")
-def _json_text_sqlite(element, compiler, **kw):
-    (column,) = element.clauses
-    col = compiler.process(column, **kw)
-    return f"CASE WHEN json_valid({col}) THEN json_extract({col}, '$.{element.key}') END"
-
-
-@compiles(json_text, "postgresql")
-def _json_text_postgresql(element, compiler, **kw):
-    # hermes_json_text (fts/postgres.py, part of the PostgreSQL head): malformed JSON and
-    # non-objects read as NULL, as the json_valid guard does on SQLite.
-    (column,) = element.clauses
-    return f"hermes_json_text({compiler.process(column, **kw)}, '{element.key}')"
+@_generic(json_text)
+def _json_text_default(element, compiler, **kw):
+    raise sa.exc.CompileError(
+        f"json_text has no SQL for the dialect {compiler.dialect.name!r}")
 
 
 class starts_with(FunctionElement):
@@ -107,16 +119,10 @@ class starts_with(FunctionElement):
                          sa.literal(successor, sa.Text()))
 
 
-@compiles(starts_with)
+@_generic(starts_with)
 def _starts_with_default(element, compiler, **kw):
     column, prefix, _successor = element.clauses
     return f"starts_with({compiler.process(column, **kw)}, {compiler.process(prefix, **kw)})"
-
-
-@compiles(starts_with, "sqlite")
-def _starts_with_sqlite(element, compiler, **kw):
-    column, prefix, successor = (compiler.process(c, **kw) for c in element.clauses)
-    return f"({column} >= {prefix} AND {column} < {successor})"
 
 
 # --------------------------------------------------------------------------- SQLite's folding
@@ -134,17 +140,11 @@ class _ascii_fold(FunctionElement):
     name = "ascii_fold"
 
 
-@compiles(_ascii_fold)
+@_generic(_ascii_fold)
 def _ascii_fold_default(element, compiler, **kw):
     (text,) = element.clauses
     return (f"translate({compiler.process(text, **kw)}, "
             f"'{_ASCII_UPPER}', '{_ASCII_LOWER}')")
-
-
-@compiles(_ascii_fold, "sqlite")
-def _ascii_fold_sqlite(element, compiler, **kw):
-    (text,) = element.clauses
-    return compiler.process(text, **kw)
 
 
 class ascii_lower(FunctionElement):
@@ -155,15 +155,9 @@ class ascii_lower(FunctionElement):
     name = "ascii_lower"
 
 
-@compiles(ascii_lower)
+@_generic(ascii_lower)
 def _ascii_lower_default(element, compiler, **kw):
     return _ascii_fold_default(element, compiler, **kw)
-
-
-@compiles(ascii_lower, "sqlite")
-def _ascii_lower_sqlite(element, compiler, **kw):
-    (text,) = element.clauses
-    return f"lower({compiler.process(text, **kw)})"
 
 
 class _like_nocase(FunctionElement):
@@ -188,7 +182,7 @@ def _escape_clause(element) -> str:
     return " ESCAPE '" + element.escape.replace("'", "''") + "'"
 
 
-@compiles(_like_nocase)
+@_generic(_like_nocase)
 def _like_nocase_default(element, compiler, **kw):
     # Folding every row with translate() costs ~30 µs per kB of text here (the short-CJK
     # scan: 1.9 s for 20,000 rows), so it runs only where it can matter: a pattern
@@ -203,12 +197,6 @@ def _like_nocase_default(element, compiler, **kw):
             f"THEN {column} ILIKE {pattern}{escape} "
             f"AND translate({column}, {fold}) LIKE translate({pattern}, {fold}){escape} "
             f"ELSE {column} LIKE {pattern}{escape} END)")
-
-
-@compiles(_like_nocase, "sqlite")
-def _like_nocase_sqlite(element, compiler, **kw):
-    column, pattern = (compiler.process(c, **kw) for c in element.clauses)
-    return f"{column} LIKE {pattern}{_escape_clause(element)}"
 
 
 def like_nocase(column, pattern, *, escape: str | None = None) -> sa.ColumnElement[bool]:
@@ -228,16 +216,10 @@ class int_sum(FunctionElement):
     name = "int_sum"
 
 
-@compiles(int_sum)
+@_generic(int_sum)
 def _int_sum_default(element, compiler, **kw):
     (column,) = element.clauses
     return f"CAST(sum({compiler.process(column, **kw)}) AS BIGINT)"
-
-
-@compiles(int_sum, "sqlite")
-def _int_sum_sqlite(element, compiler, **kw):
-    (column,) = element.clauses
-    return f"sum({compiler.process(column, **kw)})"
 
 
 # --------------------------------------------------------------------------- SQLite's paging
@@ -260,17 +242,11 @@ class limit_or_all(FunctionElement):
         super().__init__(_count_clause(count))
 
 
-@compiles(limit_or_all)
+@_generic(limit_or_all)
 def _limit_or_all_default(element, compiler, **kw):
     (count,) = element.clauses
     value = compiler.process(count, **kw)
     return f"CASE WHEN {value} < 0 THEN NULL ELSE {value} END"
-
-
-@compiles(limit_or_all, "sqlite")
-def _limit_or_all_sqlite(element, compiler, **kw):
-    (count,) = element.clauses
-    return compiler.process(count, **kw)
 
 
 class offset_or_zero(FunctionElement):
@@ -284,16 +260,10 @@ class offset_or_zero(FunctionElement):
         super().__init__(_count_clause(count))
 
 
-@compiles(offset_or_zero)
+@_generic(offset_or_zero)
 def _offset_or_zero_default(element, compiler, **kw):
     (count,) = element.clauses
     return f"greatest({compiler.process(count, **kw)}, 0)"
-
-
-@compiles(offset_or_zero, "sqlite")
-def _offset_or_zero_sqlite(element, compiler, **kw):
-    (count,) = element.clauses
-    return compiler.process(count, **kw)
 
 
 # --------------------------------------------------------------------------- explicit ids
@@ -302,15 +272,6 @@ def _offset_or_zero_sqlite(element, compiler, **kw):
 def keep_ids_ahead(conn: sa.Connection, column: sa.Column) -> None:
     """After rows were inserted with explicit values in ``column`` (an autoincrementing
     key: an import keeping exported ids), make the next generated value larger than every
-    stored one, as SQLite's AUTOINCREMENT does by itself. A PostgreSQL sequence does not
-    move for explicit values: the next append would be given a taken id.
-
-    The sequence never moves backwards (``greatest`` with its own next value); callers
-    run inside an exclusive write unit, so no concurrent insert draws from it meanwhile.
-    """
-    if conn.dialect.name == "sqlite":
-        return
-    table, name = column.table.name, column.name
-    sequence = sa.func.pg_get_serial_sequence(table, name)
-    top = sa.select(sa.func.max(column)).scalar_subquery()
-    conn.execute(sa.select(sa.func.setval(sequence, sa.func.greatest(top, sa.func.nextval(sequence)))))
+    stored one, as SQLite's AUTOINCREMENT does by itself (a PostgreSQL sequence does not
+    move for explicit values). Callers run inside an exclusive write unit."""
+    backends.of(conn).keep_ids_ahead(conn, column)

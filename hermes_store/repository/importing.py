@@ -46,7 +46,7 @@ from .. import schema
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from .dialect import keep_ids_ahead
-from .messages import _INSERT_MESSAGE, _bulk_rows
+from .message_rows import _INSERT_MESSAGE, _bulk_rows
 from .sessions import keeps_prompts_inline, store_prompt
 from .values import scrub_surrogates
 

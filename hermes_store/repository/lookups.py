@@ -16,9 +16,14 @@ import sqlalchemy as sa
 
 from .. import schema
 from .base import RepositoryBase
+from .conversation import CONVERSATION_COLUMNS
 from .dialect import ascii_lower, like_nocase, starts_with
-from .lineage import compression_chains, finish_rich_row, rich_columns, with_chain_activity
-from .messages import CONVERSATION_COLUMNS
+from .lineage import (
+    compression_chains,
+    finish_rich_row,
+    rich_columns,
+    with_chain_activity,
+)
 from .sessions import listing_filters
 from .values import LIKE_ESCAPE, like_containing, like_prefix
 

@@ -1,7 +1,7 @@
 """Maintenance concern: full-text index upkeep, VACUUM and the periodic auto-prune.
 
 The FTS work itself lives in ``hermes_store.fts.maintenance``, VACUUM and checkpoints in
-``hermes_store.engine``; both pick the engine's counterpart (PostgreSQL: REINDEX,
+the store's backend; each is the engine's own (PostgreSQL: REINDEX,
 ``gin_clean_pending_list`` + ANALYZE, ``VACUUM (ANALYZE)``, no checkpoint). This module
 decides the units: a rebuild is one unit, an optimize is many short units of bounded
 merge steps (an unbounded FTS5 'optimize' held the write lock for many seconds on large
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import engine as engine_mod
 from ..fts import maintenance as fts_maintenance
 from .base import RepositoryBase
 
@@ -61,7 +60,7 @@ class MaintenanceMixin(RepositoryBase):
             raise StoreReadOnlyError(self.target)
         optimized = self.optimize_fts()
         self._units.checkpoint("PASSIVE")
-        engine_mod.vacuum(self._engine, self.target)
+        self._backend.vacuum(self._engine, self.target)
         return optimized
 
     def maybe_auto_prune_and_vacuum(

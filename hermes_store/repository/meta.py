@@ -185,6 +185,11 @@ class MetaMixin(RepositoryBase):
 
 def _is_database_failure(exc: HermesStoreError) -> bool:
     """Failures of the database itself (not misuse such as a closed or read-only store)."""
-    from ..errors import DatabaseDamagedError, NotADatabaseError, StoreBusyError, StoreFullError
+    from ..errors import (
+        DatabaseDamagedError,
+        NotADatabaseError,
+        StoreBusyError,
+        StoreFullError,
+    )
     return isinstance(exc, (DatabaseDamagedError, NotADatabaseError, StoreBusyError,
                             StoreFullError))

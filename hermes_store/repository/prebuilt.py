@@ -4,8 +4,8 @@
 driver even when the statement is prebuilt (cache-key lookup, parameter processing,
 result setup) — as much as SQLite needs to store a message row or answer a small
 read. A ``Prebuilt`` compiles its Core statement once per dialect and, where the
-dialect allows it (``engine.uses_driver``: pysqlite, psycopg), sends the SQL text
-through ``engine.driver_execute``, which keeps what matters from the engine: the
+dialect allows it (``driver.uses_driver``: pysqlite, psycopg), sends the SQL text
+through ``driver.driver_execute``, which keeps what matters from the engine: the
 transaction, cursor events and SQLAlchemy's exception types (busy retries,
 ``StoreFullError``, lost connections…).
 
@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
-from ..engine import driver_execute, outside_transaction, uses_driver
+from ..driver import driver_execute, outside_transaction, uses_driver
 
 _NOT_COMPILED = object()
 _NO_VALUES: Mapping[str, Any] = {}

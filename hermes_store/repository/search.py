@@ -20,7 +20,7 @@ because of the index. Every route applies the same filters (visibility, sources,
 roles) and the same result shape.
 
 How a route is written in SQL depends on the engine (FTS5 tables on SQLite, a
-``tsvector`` column and ``pg_trgm`` on PostgreSQL): ``fq.search_sql(conn.dialect)``
+``tsvector`` column and ``pg_trgm`` on PostgreSQL): the backend's route (``Backend.search``)
 hands over the pieces, and the statements below are built from them, once per engine,
 index and shape.
 """
@@ -34,13 +34,13 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from .. import schema
-from ..fts import query as fq
+from .. import backends, schema
 from ..errors import DatabaseDamagedError
-from ..fts.ddl import FTS_TABLE, TRIGRAM_TABLE
+from ..fts import query as fq
+from ..fts.layout import FTS_TABLE, TRIGRAM_TABLE
 from .base import LazyReads, RepositoryBase
 from .dialect import like_nocase
-from .messages import content_preview, decode_content
+from .message_rows import content_preview, decode_content
 from .prebuilt import Prebuilt
 from .values import LIKE_ESCAPE, like_containing, scrub_surrogates
 
@@ -254,7 +254,7 @@ def _page_size(sql: fq.Fts5Search, shape: _Shape, values: dict) -> int | None:
     PostgreSQL plans a LIMIT it cannot see as a tenth of the matches, so a prepared
     statement's generic plan looked dearer than the plan made for each search, and
     every search was planned anew (~0.5 ms). Written in, the generic plan is kept
-    (``query_pg._once`` hides the query text from the planner for the same reason);
+    (PostgreSQL's ``fts.search._once`` hides the query text from the planner for the same reason);
     there is one statement per page size (callers use a handful). Pages with an
     offset keep it bound, to leave paging one statement.
     """
@@ -453,7 +453,7 @@ class SearchMixin(RepositoryBase):
 
         def search(reads: LazyReads, *, known_indexes: bool = True) -> list[dict]:
             answer.clear()
-            sql = fq.search_sql(reads.conn.dialect)
+            sql = backends.of_dialect(reads.conn.dialect).search
             present, answer["known"] = _present_indexes(reads, sql, known_indexes)
             plan = fq.plan_search(sanitized, present)
             if plan is None:
@@ -468,7 +468,7 @@ class SearchMixin(RepositoryBase):
             try:
                 return self._read_lazily(search)
             except sa.exc.DBAPIError as exc:
-                sql = fq.search_sql(self._require_open().dialect)
+                sql = backends.of_dialect(self._require_open().dialect).search
                 if not (answer.get("known") and sql.search_layer_missing(exc)):
                     raise
                 # the full-text layer went away since this connection last looked: look

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from hermes_store.agent import hermes_state as ours
-from hermes_store.engine import RetryPolicy
+from hermes_store.units import RetryPolicy
 from hermes_store.errors import (
     HermesStoreError,
     NotADatabaseError,

@@ -179,8 +179,9 @@ def rows(db: Path | str, table: str, order: str) -> list[dict]:
     if is_url(db):
         import sqlalchemy as sa
 
-        from hermes_store import location, postgres
-        from hermes_store.fts.postgres import is_fts_object
+        from hermes_store import location
+        from hermes_store.backends.postgresql import engine as postgres
+        from hermes_store.backends.postgresql.fts.ddl import is_fts_object
 
         engine = postgres.create_engine(location.resolve(db), poolclass=sa.pool.NullPool)
         try:

@@ -421,14 +421,15 @@ def test_an_import_takes_the_unit_lock_of_a_server(cli, pg_store, tmp_path):
     # alone under the store's unit lock. While another unit holds it for longer than the
     # lock wait, the import stops as busy (exit 6, as BEGIN IMMEDIATE does on a file)
     # and writes nothing; once the lock is free it goes through.
-    from hermes_store import postgres
+    from hermes_store.backends.postgresql import locks as pg_locks
+    from hermes_store.backends.postgresql import engine as postgres
 
     export = tmp_path / "one.jsonl"
     assert cli(pg_store, "sessions", "export", "fx_20260101_tg_cjk", "--output", export).exit_code == 0
     export.write_text(export.read_text().replace("fx_20260101_tg_cjk", "copied"))
     with SessionDB(pg_store) as holder, holder.engine.connect() as conn:
         conn.begin()
-        postgres.lock_unit(conn, exclusive=True)  # a unit in flight elsewhere
+        pg_locks.lock_unit(conn, exclusive=True)  # a unit in flight elsewhere
         busy = cli(pg_store, "sessions", "import", export)
         conn.rollback()
     assert busy.exit_code == 6, busy.output
@@ -450,7 +451,7 @@ try:
     main()
 except SystemExit as exc:
     code = exc.code
-print(",".join(sorted(m for m in ("psycopg", "hermes_store.postgres", "hermes_store.migrate_pg")
+print(",".join(sorted(m for m in ("psycopg", "hermes_store.backends.postgresql", "hermes_store.backends.postgresql.migrate")
                      if m in sys.modules)), file=sys.stderr)
 """
 
@@ -475,7 +476,7 @@ def test_help_and_sqlite_commands_never_import_the_postgresql_side(head_template
 def test_a_postgresql_command_loads_the_driver(pg_store):
     # The same probe, seeing the PostgreSQL side when it is used (so the test above
     # would notice it being imported).
-    assert _loaded("--db", pg_store, "status") == ["hermes_store.migrate_pg", "hermes_store.postgres", "psycopg"]
+    assert _loaded("--db", pg_store, "status") == ["hermes_store.backends.postgresql", "hermes_store.backends.postgresql.migrate", "psycopg"]
 
 
 def _run(*args, env_extra=None) -> subprocess.CompletedProcess:

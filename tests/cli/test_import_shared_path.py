@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from cli_support import *  # noqa: F403
 
 from hermes_store import SessionDB, transfer
+from hermes_store.transfer import files as transfer_files
+from hermes_store.transfer import importer as transfer_importer
 from hermes_store.repository import importing
 
 T0 = 1_700_000_000.0
@@ -144,18 +146,18 @@ def test_a_small_file_is_read_once_a_big_one_twice_with_the_same_rows(
             else "".join(json.dumps(e) + "\n" for e in PAYLOAD))
     path.write_text(text)
     reads: list[str] = []
-    original = transfer._events
+    original = transfer_importer._events
 
     def counting(p, f):
         reads.append(f)
         return original(p, f)
 
-    monkeypatch.setattr(transfer, "_events", counting)
+    monkeypatch.setattr(transfer_importer, "_events", counting)
     once = transfer.import_file(empty_store, path)
     assert len(reads) == 1
 
     twice_store = copy_db(head_templates["empty"], tmp_path / "twice.db")
-    monkeypatch.setattr(transfer, "KEEP_CHECKED_MESSAGES", 2)  # PAYLOAD has 4 messages
+    monkeypatch.setattr(transfer_files, "KEEP_CHECKED_MESSAGES", 2)  # PAYLOAD has 4 messages
     twice = transfer.import_file(twice_store, path)
     assert len(reads) == 3
     assert once == twice and once.messages_added == 4

@@ -24,7 +24,7 @@ from mig_helpers import (
 )
 
 from hermes_store import migrate
-from hermes_store.engine import create_engine
+from hermes_store.backends.sqlite.engine import create_engine
 
 
 def test_current_reports_an_upstream_file_without_writing_to_it(tmp_path):

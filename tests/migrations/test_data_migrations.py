@@ -447,8 +447,8 @@ def test_0025_downgrade_of_a_file_built_from_head_ddl(tmp_path):
     prompt-hash foreign key as a table constraint, which SQLite's DROP COLUMN refuses;
     its downgrade below v25 must still work, keep every row and the other keys."""
     from hermes_store import display_order, schema
-    from hermes_store.engine import create_engine
-    from hermes_store.fts import ddl
+    from hermes_store.backends.sqlite.engine import create_engine
+    from hermes_store.backends.sqlite.fts import ddl
 
     path = tmp_path / "state.db"
     engine = create_engine(path)

@@ -15,7 +15,8 @@ from mig_helpers import connect_ro, schema_diff
 from support import schema_dump
 
 from hermes_store import migrate
-from hermes_store.engine import create_engine
+from hermes_store.backends.sqlite.engine import create_engine
+from hermes_store.backends.sqlite.migrate import check as sqlite_check
 
 GOLDEN = Path(__file__).parent / "golden" / "head_sqlite_master.json"
 HEAD_REFERENCE = Path(__file__).parents[1] / "data" / "head-v30-reference.schema.json"
@@ -41,7 +42,7 @@ def test_core_metadata_matches_the_migrated_file(head_file):
     try:
         with engine.connect() as conn:
             ctx = MigrationContext.configure(
-                conn, opts={"include_name": migrate.include_name, "compare_type": True}
+                conn, opts={"include_name": sqlite_check.include_name, "compare_type": True}
             )
             with warnings.catch_warnings():  # expression indexes: the golden test's job
                 warnings.filterwarnings("ignore", message=".*expression-based index")

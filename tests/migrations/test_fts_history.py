@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import migrate
-from hermes_store.engine import create_engine
+from hermes_store.backends.sqlite.engine import create_engine
 from hermes_store.migrations import fts_history as fh
 
 

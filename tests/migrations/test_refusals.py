@@ -15,6 +15,7 @@ from conftest import copy_fixture
 from mig_helpers import file_digest
 
 from hermes_store import errors, migrate
+from hermes_store.backends.sqlite.errors import sqlite_errors
 
 
 def _stamp_newer(db):
@@ -131,7 +132,7 @@ def test_sqlite_read_only_errors_are_reported_as_access_errors(tmp_path):
     sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     with pytest.raises(errors.DatabaseAccessError, match="read-only"):
-        with migrate.sqlite_errors(db):
+        with sqlite_errors(db):
             conn.execute("INSERT INTO t VALUES (1)")
     conn.close()
 

@@ -28,9 +28,10 @@ from conftest import UPSTREAM_FIXTURES, copy_fixture
 from typer.testing import CliRunner
 
 from hermes_store import dbcopy, migrate, schema, telegram_schema
+from hermes_store.dbcopy import tables as dbcopy_tables
 from hermes_store.cli import app
 from hermes_store.cli.output import EXIT_ERROR, EXIT_PROBLEMS, EXIT_SCHEMA
-from hermes_store.engine import create_engine as sqlite_engine
+from hermes_store.backends.sqlite.engine import create_engine as sqlite_engine
 from hermes_store.fts import maintenance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def fts_healthy(path: Path) -> list[str]:
 
 
 def pg_scalar(url: str, sql: str):
-    from hermes_store import postgres
+    from hermes_store.backends.postgresql import engine as postgres
     from hermes_store.location import resolve
 
     engine = postgres.create_engine(resolve(url), poolclass=sa.pool.NullPool)
@@ -131,7 +132,7 @@ def pg_scalar(url: str, sql: str):
 
 
 def pg_execute(url: str, sql: str, params: dict | None = None) -> int:
-    from hermes_store import postgres
+    from hermes_store.backends.postgresql import engine as postgres
     from hermes_store.location import resolve
 
     engine = postgres.create_engine(resolve(url), poolclass=sa.pool.NullPool)
@@ -559,14 +560,14 @@ def test_batches_follow_the_key_and_shrink_for_large_rows(rich_store):
     engine = sqlite_engine(rich_store, read_only=True, journal_mode=None)
     try:
         with engine.connect() as conn:
-            spec = dbcopy._Spec(schema.messages)
+            spec = dbcopy_tables.Spec(schema.messages)
             batches = list(dbcopy.read_batches(conn, spec, max_rows=100, max_bytes=40_000))
             ids = [row[0] for b in batches for row in b.rows]
             assert ids == sorted(ids) == [7 + 3 * i for i in range(400)]
             assert max(len(b.rows) for b in batches[1:]) < 100  # large rows: fewer per batch
             assert [b.final for b in batches] == [False] * (len(batches) - 1) + [True]
             # composite keys page correctly from any point
-            usage = dbcopy._Spec(schema.session_model_usage)
+            usage = dbcopy_tables.Spec(schema.session_model_usage)
             def read(after=None, n=1000):
                 return [r for b in dbcopy.read_batches(conn, usage, after, max_rows=n) for r in b.rows]
 

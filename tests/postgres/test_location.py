@@ -163,8 +163,8 @@ def test_a_default_install_never_imports_the_driver(tmp_path):
         "from hermes_store import SessionDB, migrate\n"
         f"db = SessionDB({str(tmp_path / 'state.db')!r}); db.create_session('s', 'cli'); db.close()\n"
         f"assert migrate.current({str(tmp_path / 'state.db')!r}) == migrate.head()\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'hermes_store.postgres',"
-        " 'hermes_store.migrate_pg'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('psycopg',"
+        " 'hermes_store.backends.postgresql'))))\n"
     )
     result = _python(code, {"HERMES_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
@@ -211,7 +211,7 @@ def test_a_wrong_password_is_an_access_error_that_masks_it(pg_server, pg_empty_u
 
 
 def test_a_database_below_head_names_the_command_to_run(pg_empty_url):
-    from hermes_store import migrate_pg
+    from hermes_store.backends.postgresql import migrate as migrate_pg
 
     url = sa.engine.make_url(pg_empty_url).set(password=SECRET)
     target = resolve(url)

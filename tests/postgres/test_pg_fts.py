@@ -8,9 +8,10 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import postgres, schema
-from hermes_store.fts import ddl
-from hermes_store.fts import postgres as fp
+from hermes_store import schema
+from hermes_store.backends.postgresql import engine as postgres
+from hermes_store.backends.sqlite.fts import ddl
+from hermes_store.backends.postgresql.fts import ddl as fp
 from hermes_store.location import resolve
 
 M, S = schema.messages, schema.sessions

@@ -16,7 +16,10 @@ import sqlalchemy as sa
 
 from alembic.migration import MigrationContext
 
-from hermes_store import errors, migrate, migrate_pg, postgres
+from hermes_store import errors, migrate
+from hermes_store.backends.postgresql import migrate as migrate_pg
+from hermes_store.backends.postgresql import locks as pg_locks
+from hermes_store.backends.postgresql import engine as postgres
 from hermes_store.location import resolve
 from support import pg_schema
 
@@ -175,7 +178,7 @@ def test_every_revision_after_the_baseline_handles_both_engines():
 
 def test_env_refuses_to_run_a_revision_that_does_not_handle_postgresql():
     target = resolve("postgresql://u@h/db")
-    scripts = migrate._scripts()
+    scripts = migrate.scripts.scripts()
     state = migrate_pg.DbState("alembic", "0030", frozenset())
     module = SimpleNamespace()  # a revision 0031 without `dialects`
     step = SimpleNamespace(revision=SimpleNamespace(revision="0031", module=module),
@@ -205,7 +208,7 @@ def test_two_concurrent_deploys_cannot_race(pg_server, pg_empty_url, tmp_path):
     # This test holds the migration lock while two `alembic upgrade head` processes
     # start; both must wait for it, then one creates the baseline and the other finds
     # the work done (without the lock both would create the same tables).
-    key = postgres.MIGRATION_LOCK_KEY
+    key = pg_locks.MIGRATION_LOCK_KEY
     with pg_server.connect(_db(pg_empty_url)) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", (key,))
         env = dict(os.environ, HERMES_HOME=str(tmp_path))

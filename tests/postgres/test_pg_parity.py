@@ -9,10 +9,11 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import migrate, postgres, schema
-from hermes_store.engine import create_engine as sqlite_engine
-from hermes_store.fts import ddl
-from hermes_store.fts import postgres as fp
+from hermes_store import migrate, schema
+from hermes_store.backends.postgresql import engine as postgres
+from hermes_store.backends.sqlite.engine import create_engine as sqlite_engine
+from hermes_store.backends.sqlite.fts import ddl
+from hermes_store.backends.postgresql.fts import ddl as fp
 from hermes_store.location import resolve
 from support import pg_schema, schema_dump
 

@@ -14,10 +14,12 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import migrate, postgres, schema
-from hermes_store.engine import create_engine as sqlite_engine
+from hermes_store import migrate, schema
+from hermes_store.backends.postgresql import engine as postgres
+from hermes_store.backends.sqlite.engine import create_engine as sqlite_engine
 from hermes_store.fts import query as fq
-from hermes_store.fts import query_pg as pq
+from hermes_store.backends.postgresql.fts import search as pq
+from hermes_store.backends.sqlite.fts import search as fts5
 from hermes_store.location import resolve
 from hermes_store.repository.dialect import like_nocase
 from hermes_store.repository.values import LIKE_ESCAPE, like_containing
@@ -140,7 +142,7 @@ def test_every_query_finds_the_same_messages_on_both_engines(sqlite_store, pg_st
     differences = []
     found_any = 0
     with sqlite_store.connect() as lite, pg_store.connect() as pg:
-        indexes = fq.available_indexes(lite)
+        indexes = fts5.available_indexes(lite)
         assert pq.available_indexes(pg) == indexes == {fq.FTS_TABLE, fq.TRIGRAM_TABLE}
         for query in QUERIES:
             sanitized = fq.sanitize_fts5_query(query)

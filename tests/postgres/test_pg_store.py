@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema
-from hermes_store.engine import RetryPolicy
+from hermes_store.units import RetryPolicy
 from hermes_store.errors import (
     CommitOutcomeUnknownError,
     DatabaseURLError,
@@ -198,7 +198,7 @@ def _pooled_backend(db) -> int:
 
 def test_a_connection_the_server_ended_is_replaced_at_checkout_without_a_round_trip(
         pg_url, pg_server, monkeypatch):
-    from hermes_store import postgres
+    from hermes_store.backends.postgresql import engine as postgres
 
     monkeypatch.setattr(postgres, "PING_AFTER_IDLE", 3600.0)  # no ping: the socket tells
     with SessionDB(pg_url) as db:
@@ -213,7 +213,7 @@ def test_a_connection_the_server_ended_is_replaced_at_checkout_without_a_round_t
 @pytest.mark.parametrize("idle_seconds, pinged", [(0.0, True), (3600.0, False)])
 def test_only_a_connection_idle_in_the_pool_is_pinged(pg_url, pg_server, monkeypatch,
                                                       idle_seconds, pinged):
-    from hermes_store import postgres
+    from hermes_store.backends.postgresql import engine as postgres
 
     monkeypatch.setattr(postgres, "PING_AFTER_IDLE", idle_seconds)
     with SessionDB(pg_url) as db:
@@ -354,7 +354,7 @@ def test_searches_keep_one_generic_plan_instead_of_planning_each_time(pg_url, fr
 
 
 def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_url):
-    from hermes_store.fts import postgres as fts_postgres
+    from hermes_store.backends.postgresql.fts import ddl as fts_postgres
 
     with SessionDB(pg_url) as db:
         db.create_session("s", "cli")

@@ -9,8 +9,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_store import postgres, schema
-from hermes_store.engine import create_engine as sqlite_engine
+from hermes_store import schema
+from hermes_store.backends.postgresql import codec as pg_codec
+from hermes_store.backends.postgresql import engine as postgres
+from hermes_store.backends.sqlite.engine import create_engine as sqlite_engine
 from hermes_store.location import resolve
 
 M = schema.messages
@@ -53,9 +55,9 @@ def sqlite_head(tmp_path):
 
 @given(STORED_TEXT)
 def test_the_encoding_is_reversible_and_leaves_ordinary_text_alone(text):
-    encoded = postgres.encode_text(text)
+    encoded = pg_codec.encode_text(text)
     assert "\x00" not in encoded
-    assert postgres.decode_text(encoded) == text
+    assert pg_codec.decode_text(encoded) == text
     if "\x00" not in text and "\x01" not in text:
         assert encoded is text
 
@@ -67,7 +69,7 @@ def test_the_encoding_keeps_substrings_of_nul_free_needles(before, needle, after
     # NUL) is found in the encoded text exactly when it is in the original
     needle = needle.replace("\x00", "").replace("\x01", "").replace("\x02", "")
     haystack = before + after
-    assert (needle in haystack) == (needle in postgres.encode_text(haystack))
+    assert (needle in haystack) == (needle in pg_codec.encode_text(haystack))
 
 
 # --------------------------------------------------------------------------- round trips

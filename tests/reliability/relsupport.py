@@ -146,7 +146,7 @@ def sqlite_integrity(path: Path) -> list[str]:
 
 def fts_problems(path: Path) -> list[str]:
     """The package's FTS integrity check (rank=1 form: index vs canonical rows)."""
-    from hermes_store.engine import create_engine
+    from hermes_store.backends.sqlite.engine import create_engine
     from hermes_store.fts.maintenance import integrity_check
 
     engine = create_engine(path)
@@ -289,7 +289,7 @@ def server_fts_problems(url: str) -> list[str]:
     row's trigram scope in step with its session), on a plain connection."""
     import sqlalchemy as sa
 
-    from hermes_store.fts.postgres import integrity_check
+    from hermes_store.backends.postgresql.fts.ddl import integrity_check
 
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:

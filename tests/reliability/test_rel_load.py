@@ -124,7 +124,7 @@ def test_retries_under_forced_contention_never_apply_a_unit_twice(store_target):
 def test_lock_held_beyond_the_budget_raises_store_busy_and_writes_nothing(tmp_path):
     """User pain (locking): a lock held by another process past the retry budget gives
     a clear StoreBusyError naming the file, not a silent loss or a raw driver error."""
-    from hermes_store.engine import RetryPolicy
+    from hermes_store.units import RetryPolicy
     from hermes_store.errors import StoreBusyError
 
     path = rs.fresh_store_file(tmp_path / "state.db")

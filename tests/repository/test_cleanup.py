@@ -228,7 +228,7 @@ def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_targ
     import multiprocessing
 
     import cleanup_workers
-    from hermes_store.engine import RetryPolicy
+    from hermes_store.units import RetryPolicy
 
     with SessionDB(db_target) as setup:
         setup.create_session("s", "cli")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import SessionDB, StoreClosedError, engine, schema
+from hermes_store import SessionDB, StoreClosedError, backends, schema
+from hermes_store.location import resolve
 from hermes_store.repository.prebuilt import Prebuilt
 from repo_helpers import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
 
@@ -140,7 +141,7 @@ def test_the_core_fallback_answers_as_the_driver_path_does(db_target, other_targ
     assert any(context is None for context in seen)  # statements went through the driver
 
     # a dialect without the door: every statement through Core on the same doors
-    monkeypatch.setattr(engine, "DRIVER_DIALECTS", frozenset())
+    monkeypatch.setattr(type(backends.of(resolve(other_target))), "door_drivers", frozenset())
     seen.clear()
     with SessionDB(other_target) as store:
         sa.event.listen(store.engine, "before_cursor_execute", record)

@@ -147,7 +147,7 @@ def test_empty_batch_is_a_no_op(db, s1):
 
 
 def test_batch_fields_are_exactly_append_message_arguments():
-    from hermes_store.repository.messages import _APPEND_FIELDS
+    from hermes_store.repository.message_rows import _APPEND_FIELDS
 
     single = set(inspect.signature(MessagesMixin.append_message).parameters) - {
         "self", "session_id"}

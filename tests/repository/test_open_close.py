@@ -201,7 +201,7 @@ import sys
 from hermes_store import SessionDB
 with SessionDB(sys.argv[1]) as db:
     print(db.get_session("s")["source"])
-print(",".join(sorted(m for m in ("alembic", "mako", "psycopg", "hermes_store.postgres")
+print(",".join(sorted(m for m in ("alembic", "mako", "psycopg", "hermes_store.backends.postgresql")
                      if m in sys.modules)))
 """
 
@@ -216,7 +216,7 @@ def _open_in_child(path) -> list[str]:
 
 
 def test_opening_a_file_at_head_does_not_import_alembic(db_path):
-    # nor the PostgreSQL side: psycopg and hermes_store.postgres stay unloaded
+    # nor the PostgreSQL side: psycopg and hermes_store.backends.postgresql stay unloaded
     with SessionDB(db_path) as store:
         store.create_session("s", "cli")
     assert _open_in_child(db_path) == ["cli", ""]

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import SessionDB
-from hermes_store.fts import ddl as fts_ddl
+from hermes_store.backends.sqlite.fts import ddl as fts_ddl
 
 from repo_helpers import backend, db, db_path, db_target, reopen  # noqa: F401
 
@@ -371,7 +371,7 @@ def test_latin_retry_does_not_replace_real_results_on_later_pages(db):
 
 def test_missing_index_falls_back_to_the_bounded_scan(db, corpus):
     if db.engine.dialect.name == "postgresql":
-        from hermes_store.fts import postgres as fts_postgres
+        from hermes_store.backends.postgresql.fts import ddl as fts_postgres
 
         db._write(fts_postgres.drop_fts)
     else:

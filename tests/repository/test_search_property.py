@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hermes_store import SessionDB
 from hermes_store.fts import query as fq
-from hermes_store.fts.ddl import FTS_TABLE, TRIGRAM_TABLE
+from hermes_store.backends.sqlite.fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 
 from repo_helpers import copy_head
 

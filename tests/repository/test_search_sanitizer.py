@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from hermes_store.fts import query as fq
-from hermes_store.fts.ddl import FTS_TABLE, TRIGRAM_TABLE
+from hermes_store.backends.sqlite.fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 
 # (input, 0.19.0 output) — where 0.19.0 produced a valid query we must produce the same
 # text, byte for byte (api-catalog rows 1-27, 32-46, 56, 58, 60-67, 69-71).

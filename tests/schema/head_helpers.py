@@ -13,8 +13,9 @@ import sqlalchemy as sa
 
 from hermes_store import schema
 from hermes_store.display_order import create_display_triggers
-from hermes_store.engine import create_engine, writer
-from hermes_store.fts import ddl
+from hermes_store.backends.sqlite.engine import create_engine
+from hermes_store.connections import writer
+from hermes_store.backends.sqlite.fts import ddl
 
 
 def build_head(path, **fts_options) -> sa.engine.Engine:

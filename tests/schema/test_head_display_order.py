@@ -4,7 +4,8 @@ from __future__ import annotations
 
 # head_engine is a fixture: importing it makes it available to this module's tests
 from head_helpers import add_message, add_session, head_engine
-from hermes_store.display_order import DISPLAY_TRIGGERS, drop_display_triggers
+from hermes_store.backends.sqlite.display_order import DISPLAY_TRIGGERS
+from hermes_store.display_order import drop_display_triggers
 from hermes_store.fts import maintenance
 
 SAME = b"identity-1"

@@ -9,8 +9,11 @@ import sqlalchemy as sa
 
 # head_engine is a fixture: importing it makes it available to this module's tests
 from head_helpers import add_message, add_session, build_head, head_engine, indexed_ids, match
-from hermes_store.engine import create_engine, writer
-from hermes_store.fts import ddl, maintenance
+from hermes_store.backends.sqlite.engine import create_engine
+from hermes_store.connections import writer
+from hermes_store.backends.sqlite.fts import ddl
+from hermes_store.backends.sqlite.fts import maintenance as fts5_maintenance
+from hermes_store.fts import maintenance
 from support import schema_dump
 
 HEAD_REFERENCE = Path(__file__).parents[1] / "data" / "head-v30-reference.schema.json"
@@ -246,7 +249,7 @@ def test_fts_sizes_with_and_without_dbstat(head_engine, monkeypatch):
         for i in range(20):
             add_message(conn, "s", f"some words to index number {i}")
         measured = maintenance.fts_sizes(conn)
-        monkeypatch.setattr(maintenance, "_DBSTAT", "no_such_dbstat_table")
+        monkeypatch.setattr(fts5_maintenance, "_DBSTAT", "no_such_dbstat_table")
         estimated = maintenance.fts_sizes(conn)
     assert set(measured) == set(estimated) == {ddl.FTS_TABLE, ddl.TRIGRAM_TABLE}
     page_size = 4096

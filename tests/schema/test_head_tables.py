@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from hermes_store import schema
-from hermes_store.engine import create_engine
+from hermes_store.backends.sqlite.engine import create_engine
 from support import schema_dump
 
 HEAD_REFERENCE = Path(__file__).parents[1] / "data" / "head-v30-reference.schema.json"

@@ -24,7 +24,7 @@ def open_store(path: str, busy_timeout: float | None = None, attempts: int | Non
 
     if busy_timeout is None and attempts is None and jitter_max is None:
         return SessionDB(path)
-    from hermes_store.engine import RetryPolicy
+    from hermes_store.units import RetryPolicy
 
     fields = {}
     if busy_timeout is not None:
@@ -38,7 +38,7 @@ def open_store(path: str, busy_timeout: float | None = None, attempts: int | Non
 
 
 def write_units_of(db):
-    from hermes_store.engine import WriteUnits
+    from hermes_store.units import WriteUnits
 
     for value in vars(db).values():
         if isinstance(value, WriteUnits):

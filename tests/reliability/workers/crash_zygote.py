@@ -45,7 +45,7 @@ def main() -> None:
     import hermes_store.migrate  # noqa: F401
     if "://" in path:
         import psycopg  # noqa: F401
-        import hermes_store.postgres  # noqa: F401
+        import hermes_store.backends.postgresql.engine  # noqa: F401
 
     say(zygote="ready")
     for line in sys.stdin:

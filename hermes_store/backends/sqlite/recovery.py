@@ -1,7 +1,4 @@
-"""File-level safety for ``state.db``: an online backup, and salvage of a damaged file.
-
-``backup(source, dest)`` — a consistent copy taken while writers run (SQLite's backup
-API in one step: a single read snapshot, which under WAL does not block writers).
+"""Salvage of a damaged ``state.db`` (``hermes-store recover``); the backup is ``backup.py``.
 
 ``recover(source, output)`` — salvage the rows of a damaged file into a fresh file at
 head. What it does, in order:
@@ -41,9 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import HermesStoreError, NotADatabaseError
+from ...errors import NotADatabaseError
+from .backup import SIDECARS, RecoveryError
+from .backup import integrity as _integrity
 
-SIDECARS = ("-wal", "-shm", "-journal")
 #: rows per read while the table reads cleanly
 CHUNK = 1000
 #: ``state_meta`` keys the FTS layer owns: regenerated, never copied
@@ -54,10 +52,6 @@ _BLIND_SPAN = 1_000_000
 _BLIND_DEAD_WINDOWS = 3
 
 ProgressCallback = Callable[[str, int, int], None]
-
-
-class RecoveryError(HermesStoreError):
-    """Recovery could not start or could not produce a verified output."""
 
 
 @dataclass
@@ -126,158 +120,6 @@ class RecoveryReport:
 
 
 # --------------------------------------------------------------------------- backup
-
-@dataclass
-class BackupResult:
-    source: str
-    dest: str
-    bytes: int
-    pages: int
-    integrity: str
-    sessions: int | None
-    messages: int | None
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def backup(
-    source: str | os.PathLike,
-    dest: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    busy_timeout: float = 30.0,
-) -> BackupResult:
-    """Copy ``source`` to ``dest`` consistently while other processes keep writing.
-
-    The copy is made under a temporary name, checked with ``quick_check``, switched to
-    ``journal_mode=DELETE`` (one self-contained file), made 0600, then renamed into
-    place: ``dest`` is either the old file or a complete backup, never half of one.
-    """
-    started = time.monotonic()
-    source = Path(source).expanduser().absolute()
-    dest = Path(dest).expanduser().absolute()
-    if not source.is_file():
-        from .errors import StoreNotFoundError
-
-        raise StoreNotFoundError(f"no database at {source}: nothing to back up")
-    if dest.exists() and not overwrite:
-        raise RecoveryError(f"{dest} already exists; choose a new name or pass --force to replace it")
-    if dest.exists() and dest.resolve() == source.resolve():
-        raise RecoveryError("the backup must go to another file than the database itself")
-    if not dest.parent.is_dir():
-        raise RecoveryError(f"{dest.parent} is not a directory: create it first")
-    tmp = dest.with_name(f".{dest.name}.partial")
-    for leftover in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
-        leftover.unlink(missing_ok=True)
-
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=busy_timeout)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
-        out = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            try:
-                src.backup(out)  # pages=-1: one step, one snapshot
-            except sqlite3.DatabaseError as exc:
-                from .engine import translate_error
-
-                mapped = translate_error(exc, source)
-                raise (mapped or RecoveryError(f"backup of {source} failed: {exc}")) from exc
-            out.execute("PRAGMA journal_mode=DELETE")
-            problems = _integrity(out, quick=True)
-            counts = {}
-            for table in ("sessions", "messages"):
-                try:
-                    counts[table] = out.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-                except sqlite3.DatabaseError:
-                    counts[table] = None
-            pages = out.execute("PRAGMA page_count").fetchone()[0]
-        finally:
-            out.close()
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        src.close()
-    if problems:
-        tmp.unlink(missing_ok=True)
-        from .errors import DatabaseDamagedError, RECOVER_HINT
-
-        raise DatabaseDamagedError(
-            f"the copy of {source} fails its integrity check ({problems[0]}); the source is "
-            f"damaged: {RECOVER_HINT}"
-        )
-    os.replace(tmp, dest)
-    return BackupResult(
-        source=str(source),
-        dest=str(dest),
-        bytes=dest.stat().st_size,
-        pages=pages,
-        integrity="ok",
-        sessions=counts["sessions"],
-        messages=counts["messages"],
-        seconds=round(time.monotonic() - started, 3),
-    )
-
-
-# --------------------------------------------------------------------------- health
-
-@dataclass
-class FileHealth:
-    """What SQLite itself says about a file (read-only; nothing is written)."""
-
-    integrity: list[str]
-    foreign_keys: dict[str, int]
-    journal_mode: str | None
-    page_size: int | None
-    freelist_pages: int | None
-
-
-def file_health(path: str | os.PathLike, *, quick: bool = False, limit: int = 20) -> FileHealth:
-    """``integrity_check`` (or ``quick_check``), ``foreign_key_check`` (violations per
-    table), journal mode and free pages, through a read-only connection."""
-    conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=5.0)
-    try:
-        integrity = _integrity(conn, limit, quick=quick)
-        violations: dict[str, int] = {}
-        try:
-            for table, *_ in conn.execute("PRAGMA foreign_key_check"):
-                violations[table] = violations.get(table, 0) + 1
-        except sqlite3.DatabaseError as exc:
-            integrity.append(f"foreign_key_check could not run: {exc}")
-
-        def pragma(name: str):
-            try:
-                return conn.execute(f"PRAGMA {name}").fetchone()[0]
-            except sqlite3.DatabaseError:
-                return None
-
-        return FileHealth(
-            integrity=integrity,
-            foreign_keys=violations,
-            journal_mode=pragma("journal_mode"),
-            page_size=pragma("page_size"),
-            freelist_pages=pragma("freelist_count"),
-        )
-    finally:
-        conn.close()
-
-
-def journal_mode(path: str | os.PathLike) -> str | None:
-    """The file's journal mode, read without changing it (None when unreadable)."""
-    try:
-        conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
-        return None
-    try:
-        return conn.execute("PRAGMA journal_mode").fetchone()[0]
-    except sqlite3.DatabaseError:
-        return None
-    finally:
-        conn.close()
-
 
 # --------------------------------------------------------------------------- files
 
@@ -492,7 +334,9 @@ def recover(
     ``RecoveryError`` for bad paths, ``NotADatabaseError`` when nothing can be located.
     The source is never opened by SQLite, only copied.
     """
-    from . import migrate  # deferred: migrations are heavy and this module is light
+    from .migrate.commands import (
+        upgrade_file,  # deferred: migrations are heavy, this module light
+    )
 
     started = time.monotonic()
     source = Path(source).expanduser().absolute()
@@ -508,7 +352,7 @@ def recover(
         try:
             report.source_integrity = _integrity(src)
             staging = work / "output.db"
-            migrate.upgrade(staging)
+            upgrade_file(staging)
             _copy_all(src, staging, report, progress)
         finally:
             src.close()
@@ -522,16 +366,6 @@ def recover(
         _install(staging, output)
     report.seconds = time.monotonic() - started
     return report
-
-
-def _integrity(conn: sqlite3.Connection, limit: int = 20, *, quick: bool = False) -> list[str]:
-    """SQLite's findings, empty when the file is sound."""
-    pragma = "quick_check" if quick else "integrity_check"
-    try:
-        rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}({limit})")]
-    except sqlite3.DatabaseError as exc:
-        return [f"{pragma} could not run: {exc}"]
-    return [] if rows == ["ok"] else rows
 
 
 def _install(staging: Path, output: Path) -> None:
@@ -561,8 +395,8 @@ def _dest(path: Path) -> sqlite3.Connection:
 
 
 def _copy_all(src: sqlite3.Connection, staging: Path, report: RecoveryReport, progress) -> None:
+    from ...schema import metadata
     from .fts import ddl as fts_ddl
-    from .schema import metadata
 
     try:
         found = _source_tables(src)
@@ -699,7 +533,8 @@ def _repair_references(dst: sqlite3.Connection, report: RecoveryReport) -> None:
 
 
 def _run_fts(path: Path, fn, **kwargs):
-    from .engine import create_engine, writer
+    from ...connections import writer
+    from .engine import create_engine
 
     engine = create_engine(path, foreign_keys=False)
     try:

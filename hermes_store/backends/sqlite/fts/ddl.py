@@ -1,4 +1,4 @@
-"""Head full-text search layout (decision D7, "layout 3") as DDL text.
+"""Head full-text search layout on SQLite (decision D7, "layout 3") as FTS5 DDL text.
 
 Objects (all on ``messages``; the head reference file describes them exactly):
 
@@ -62,14 +62,17 @@ import sqlite3
 
 from sqlalchemy.engine import Connection
 
+from ....fts.layout import (
+    FTS_TABLE,
+    TOOL_CONTENT_PREFIX_CHARS,
+    TRIGRAM_EXCLUDED_SOURCES,
+    TRIGRAM_TABLE,
+)
+
 log = logging.getLogger(__name__)
 
 #: FTS layout version written to ``state_meta`` (3 = ``messages_fts`` over ``messages_fts_src``)
 FTS_STORAGE_VERSION = "3"
-#: how much of a tool row's content is indexed
-TOOL_CONTENT_PREFIX_CHARS = 8192
-#: session sources whose messages stay out of the trigram index (noise, and size)
-TRIGRAM_EXCLUDED_SOURCES = ("cron", "subagent")
 #: the optional tokenizer that backs ``messages_fts_cjk``
 CJK_TOKENIZER = "cjk_unicode61"
 
@@ -82,8 +85,6 @@ CJK_REBUILD_PROGRESS_KEY = "fts_cjk_rebuild_progress"
 #: set when the cjk triggers were detached; only a full rebuild may re-attach them
 CJK_STALE_KEY = "fts_cjk_stale"
 
-FTS_TABLE = "messages_fts"
-TRIGRAM_TABLE = "messages_fts_trigram"
 CJK_TABLE = "messages_fts_cjk"
 #: every FTS5 table of the head layout (the cjk one is optional)
 FTS_TABLES = (FTS_TABLE, TRIGRAM_TABLE, CJK_TABLE)

@@ -1,6 +1,7 @@
 """Full-text search on PostgreSQL: the head layout beside the SQLite one (decision D12).
 
-The two indexes keep the names and the scope of SQLite's layout 3 (``fts/ddl.py``):
+The two indexes keep the names and the scope of SQLite's layout 3
+(``hermes_store.fts.layout``; SQLite's FTS5 DDL is ``backends/sqlite/fts/ddl.py``):
 
 ``messages_fts`` — the word index
     A GIN index on ``messages.fts_document``, a ``tsvector`` column PostgreSQL computes
@@ -47,18 +48,23 @@ top-level JSON key as text, NULL for malformed JSON — SQLite's ``json_valid``-
 
 Public API (``conn`` is a SQLAlchemy ``Connection`` on PostgreSQL; nothing commits):
 ``create_fts(conn)``, ``drop_fts(conn)``, ``is_fts_object(name)``, and the names below.
-Upkeep (``rebuild``, ``integrity_check``, ``optimize``, ``fts_sizes``) mirrors
-``fts.maintenance`` with PostgreSQL's counterparts.
+Upkeep (``rebuild``, ``integrity_check``, ``optimize``, ``fts_sizes``) is the
+PostgreSQL backend's ``*_fts`` (``hermes_store.fts.maintenance`` on this engine).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from sqlalchemy.engine import Connection
 
-from .ddl import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_EXCLUDED_SOURCES, TRIGRAM_TABLE
+from ....fts.layout import (
+    FTS_TABLE,
+    TOOL_CONTENT_PREFIX_CHARS,
+    TRIGRAM_EXCLUDED_SOURCES,
+    TRIGRAM_TABLE,
+)
+from ...base import ProgressCallback
 
 log = logging.getLogger(__name__)
 
@@ -285,8 +291,7 @@ def _refresh_scope(conn: Connection) -> int:
 # --------------------------------------------------------------------------- upkeep
 
 #: ``progress(index, done, total)`` after each index is rebuilt (as fts.maintenance)
-ProgressCallback = Callable[[str, int, int], None]
-_REBUILD_HINT = "rebuild the full-text index (hermes_store.fts.postgres.rebuild)"
+_REBUILD_HINT = "rebuild the full-text index (hermes_store.fts.maintenance.rebuild)"
 
 
 def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> list[str]:

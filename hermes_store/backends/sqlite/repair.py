@@ -14,7 +14,7 @@ table, root page, SQL), so removing it changes nothing but the duplicate.
 
 Healing (``repair``), never while another process may be writing:
 
-1. take the migration lock (``migrate.migration_lock``): no migration or other repair of
+1. take the migration lock (``migrate.inspect.migration_lock``): no migration or other repair of
    this file runs meanwhile;
 2. take SQLite's EXCLUSIVE lock on one connection (``locking_mode=EXCLUSIVE`` +
    ``BEGIN EXCLUSIVE``). It is refused while any other connection — another process, or
@@ -43,14 +43,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .engine import DEFAULT_BUSY_TIMEOUT, is_busy_error, probe_database
-from .errors import (
+from ...errors import (
     RECOVER_HINT,
     REPAIR_HINT,
     DatabaseDamagedError,
     NotADatabaseError,
     StoreInUseError,
 )
+from ...units import DEFAULT_BUSY_TIMEOUT
+from .errors import is_busy_error
+from .files import probe_database
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +183,7 @@ def _is_duplicate_schema_error(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- the open path
 
 def probe_or_heal(path: str | os.PathLike, *, read_only: bool) -> RepairReport | None:
-    """``engine.probe_database``, healing the one pattern above on a writable open.
+    """``files.probe_database``, healing the one pattern above on a writable open.
 
     Returns the report when it healed, None when the file was fine. Every other failure
     is raised as the probe raised it (nothing written); a read-only open never heals:
@@ -220,7 +222,7 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
     ``StoreInUseError`` when another connection has the file open, and
     ``DatabaseDamagedError`` naming the backup when the healed file fails verification.
     """
-    from .migrate import migration_lock
+    from .migrate.inspect import migration_lock
 
     started = time.monotonic()
     p = Path(path).expanduser().absolute()
@@ -299,7 +301,7 @@ def _backup(p: Path) -> list[Path]:
     if done.returncode != 0:
         for _src, dst in pairs:
             dst.unlink(missing_ok=True)
-        from .errors import HermesStoreError
+        from ...errors import HermesStoreError
 
         raise HermesStoreError(
             f"could not copy {p} before healing it, so it was left untouched: "

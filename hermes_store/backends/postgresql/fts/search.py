@@ -1,4 +1,4 @@
-"""The search query layer on PostgreSQL, beside ``fts/query.py`` (decision D12).
+"""The full-text route on PostgreSQL (decision D12): ``Backend.search`` of this backend.
 
 The query text is sanitized and routed exactly as on SQLite (``query.sanitize_fts5_query``,
 ``query.plan_search`` — the PostgreSQL indexes carry the FTS5 tables' names, so
@@ -27,7 +27,8 @@ Every function takes the ``messages`` table (or an alias of it) whose row is sea
 and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
 
 :data:`PG_SEARCH` (a :class:`PgSearch`) packs these pieces behind the interface of
-``query.Fts5Search``, which ``query.search_sql(dialect)`` hands the repository: the
+``backends.base.SearchRoute`` (SQLite's is ``Fts5Search``), which the repository asks
+its backend for (``Backend.search``): the
 word route binds the tsquery text as one parameter; the trigram route's statement has
 one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
 and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Python
@@ -41,16 +42,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from .ddl import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
-from .postgres import (
-    DOCUMENT_COLUMN,
-    TRIGRAM_DOCUMENT_FUNCTION,
-    TRIGRAM_INDEX,
-    TRIGRAM_SCOPE_COLUMN,
-    TS_CONFIG,
-    WORD_INDEX,
-)
-from .query import (
+from ....fts.layout import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
+from ....fts.query import (
     FTS_OPERATORS,
     LIKE_SNIPPET_CHARS,
     LIKE_SNIPPET_LEAD,
@@ -60,6 +53,16 @@ from .query import (
     SNIPPET_TOKENS,
     Term,
     query_terms,
+)
+from ...base import SearchRoute
+from ..errors import sqlstate_of
+from .ddl import (
+    DOCUMENT_COLUMN,
+    TRIGRAM_DOCUMENT_FUNCTION,
+    TRIGRAM_INDEX,
+    TRIGRAM_SCOPE_COLUMN,
+    TS_CONFIG,
+    WORD_INDEX,
 )
 
 #: ``ts_headline`` options: the FTS5 snippet's marks and length (in words)
@@ -274,9 +277,8 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
 _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
 
 
-class PgSearch:
-    """How a full-text route is written on PostgreSQL (the interface of
-    ``query.Fts5Search``): the indexes live on ``messages`` itself, so a route's
+class PgSearch(SearchRoute):
+    """How a full-text route is written on PostgreSQL (``backends.base.SearchRoute``): the indexes live on ``messages`` itself, so a route's
     source is ``messages`` and its row id ``messages.id``."""
 
     name = "postgresql"
@@ -300,8 +302,6 @@ class PgSearch:
     def search_layer_missing(self, exc: BaseException) -> bool:
         """A search statement failed on a missing column, function or relation: the
         full-text layer (``fts.postgres.drop_fts``) is gone."""
-        from ..postgres import sqlstate_of
-
         return sqlstate_of(exc) in _LAYER_MISSING
 
     def prepare(self, index: str, expression: str):

@@ -11,13 +11,13 @@ run on PostgreSQL; an upgrade to, a downgrade to or a stamp of anything below ``
 refused with an error that says so. Revisions after ``0030`` run on both engines (each
 declares ``dialects``; ``docs/migrations.md``).
 
-Every migrating run holds ``pg_advisory_lock`` (:func:`hermes_store.postgres.migration_lock`)
+Every migrating run holds ``pg_advisory_lock`` (:func:`locks.migration_lock`)
 from before it reads the version until after the last step, so two deploys cannot race;
 each step is one transaction (PostgreSQL's DDL is transactional), and ``schema_version``
 follows the revision as on SQLite.
 
 Also here: :func:`create_head` (the head from the live definitions — ``schema.py``,
-``fts/postgres.py``, ``display_order.py``), :func:`ensure_schema` (what ``SessionDB``
+``fts/ddl.py``, ``display_order.py``), :func:`ensure_schema` (what ``SessionDB``
 needs at open), :func:`check` (drift against ``hermes_store.schema``, and the Telegram
 topic tables' against ``telegram_schema``) and :func:`telegram_topics_state`.
 """
@@ -27,15 +27,35 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass
-from typing import Callable
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.migration import MigrationContext, StampStep
 from alembic.script import ScriptDirectory
 
-from . import errors, location
-from .location import Target
+from ... import errors, location, telegram_schema
+from ...location import Target
+from ...migrate.results import CheckResult
+from ...migrate.scripts import (
+    config,
+    describe,
+    head,
+    is_at,
+    scripts,
+    telegram_topics_head,
+)
+from ...migrate.topics import (
+    TopicsCheck,
+    TopicsState,
+    check_telegram_topics,
+    topic_stamp,
+    write_telegram_topic_meta,
+)
+from ..base import Migrations, StoreState
+from .engine import create_engine
+from .errors import pg_errors
+from .locks import migration_lock
+from .server import check_server
 
 #: the revision a PostgreSQL database starts at (``migrations/pg_baseline.py``)
 BASELINE = "0030"
@@ -49,17 +69,18 @@ def create_head(conn: sa.Connection) -> None:
     caller's transaction). While the head is the baseline this equals
     ``pg_baseline.create`` (tested); later it is what the baseline plus the revisions
     after it must give."""
-    from . import display_order, schema
-    from .fts import postgres as fts_postgres
+    from ... import schema
+    from . import display_order
+    from .fts import ddl as fts_ddl
 
     schema.metadata.create_all(conn)
-    fts_postgres.create_fts(conn)
+    fts_ddl.create_fts(conn)
     display_order.create_display_triggers(conn)
     conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
 
 
 def _baseline_module():
-    from .migrations import pg_baseline
+    from ...migrations import pg_baseline
 
     return pg_baseline
 
@@ -75,12 +96,6 @@ class DbState:
     kind: str
     revision: str | None
     tables: frozenset[str]
-
-
-def _scripts() -> ScriptDirectory:
-    from . import migrate
-
-    return migrate._scripts()
 
 
 def classify(conn: sa.Connection, target: Target) -> DbState:
@@ -103,11 +118,11 @@ def classify(conn: sa.Connection, target: Target) -> DbState:
             f"{target.display}: alembic_version holds {len(rows)} rows instead of one"
         )
     revision = rows[0]
-    scripts = _scripts()
+    directory = scripts()
     try:
-        scripts.get_revision(revision)
+        directory.get_revision(revision)
     except Exception:
-        newest = scripts.get_current_head()
+        newest = directory.get_current_head()
         if revision.isdigit() and newest and revision > newest:
             raise errors.SchemaTooNewError(
                 f"{target.display} has revision {revision}, newer than this hermes_store "
@@ -123,11 +138,9 @@ def classify(conn: sa.Connection, target: Target) -> DbState:
 
 @contextlib.contextmanager
 def _connection(target: Target):
-    from . import postgres
-
-    engine = postgres.create_engine(target, poolclass=sa.pool.NullPool)
+    engine = create_engine(target, poolclass=sa.pool.NullPool)
     try:
-        with postgres.pg_errors(target), engine.connect() as conn:
+        with pg_errors(target), engine.connect() as conn:
             yield conn
     finally:
         engine.dispose()
@@ -158,18 +171,14 @@ def schema_version_of(target: Target) -> int | None:
 
 
 def _config(target: Target, progress=None):
-    from . import migrate
-
-    return migrate.config(target=target, progress=progress)
+    return config(target=target, progress=progress)
 
 
 def upgrade(target: Target, revision: str = "head", *, progress=None) -> str | None:
     """Upgrade to ``revision`` (an empty database starts from the baseline); returns the
     revision reached. A database already there is left alone (no lock, no DDL)."""
-    from . import migrate
-
-    if migrate._is_at(current(target), revision):
-        return revision if revision not in ("head", "heads") else migrate.head()
+    if is_at(current(target), revision):
+        return revision if revision not in ("head", "heads") else head()
     command.upgrade(_config(target, progress), revision)
     return current(target)
 
@@ -183,7 +192,7 @@ def downgrade(target: Target, revision: str) -> str | None:
 def refuse_below_baseline(target: Target, revision: str) -> None:
     """Raise the error :func:`downgrade` would raise for a revision below the baseline
     (or ``base``), before anything is asked or run."""
-    if revision == "base" or revision in _below_baseline(_scripts()):
+    if revision == "base" or revision in _below_baseline(scripts()):
         raise _refuse(target, f"cannot downgrade below {BASELINE}")
 
 
@@ -194,17 +203,15 @@ def stamp(target: Target, revision: str) -> None:
 def ensure_schema(target: Target, *, auto_upgrade: bool = True, read_only: bool = False) -> None:
     """Bring the database to head, or raise the error that says what to run (what
     ``SessionDB`` does at open, as ``store.ensure_schema`` for a file)."""
-    from . import migrate
-
-    head = migrate.head()
+    newest = head()
     at = current(target)
-    if at == head:
+    if at == newest:
         return
     if read_only or not auto_upgrade:
         state = "has no schema yet" if at is None else f"is at schema revision {at}"
         why = "it is opened read-only" if read_only else "auto_upgrade=False"
         raise errors.SchemaOutOfDateError(
-            f"{target.display} {state}, head is {head}, and {why}: "
+            f"{target.display} {state}, head is {newest}, and {why}: "
             f"{location.upgrade_hint(target)}"
         )
     upgrade(target, "head")
@@ -224,10 +231,8 @@ def create_telegram_topics(conn: sa.Connection, revision: str = "head") -> str:
     written — one source for the shape, no Alembic run. From the branch's next revision
     on, the paired-revision rule applies to it as to the main chain; until a revision
     handles PostgreSQL, a database below the head is refused here."""
-    from . import migrate
-    from . import telegram_schema as T
-
-    head = migrate.telegram_topics_head()
+    T = telegram_schema
+    head = telegram_topics_head()
     if revision not in ("head", "heads", head):
         raise errors.SchemaError(
             f"the Telegram topic tables are created at the branch head ({head}) on "
@@ -253,7 +258,7 @@ def create_telegram_topics(conn: sa.Connection, revision: str = "head") -> str:
     T.metadata.create_all(conn)
     version.create(conn)
     conn.execute(version.insert().values(version_num=head))
-    migrate.write_telegram_topic_meta(conn, head)
+    write_telegram_topic_meta(conn, head)
     return head
 
 
@@ -262,9 +267,7 @@ def telegram_topics_state(conn: sa.Connection, where: object = "database"):
     ``absent``, ``alembic`` (stamped in the branch's version table) or ``unstamped``
     (its tables without the version table: another tool made them). No upstream-made
     tables to adopt on a server, so never ``upstream``."""
-    from . import migrate
-    from . import telegram_schema as T
-
+    T = telegram_schema
     names = set(sa.inspect(conn).get_table_names())
     meta = None
     if "state_meta" in names:
@@ -273,12 +276,12 @@ def telegram_topics_state(conn: sa.Connection, where: object = "database"):
         ).scalar()
         meta = None if meta is None else str(meta)
     if T.VERSION_TABLE in names:
-        revision = migrate._topic_stamp(lambda sql: conn.exec_driver_sql(sql).all(), where)
+        revision = topic_stamp(lambda sql: conn.exec_driver_sql(sql).all(), where)
         if revision is not None:
-            return migrate.TopicsState("alembic", revision, meta)
+            return TopicsState("alembic", revision, meta)
     if any(name in names for name in T.TABLE_NAMES):
-        return migrate.TopicsState("unstamped", None, meta)
-    return migrate.TopicsState("absent", None, meta)
+        return TopicsState("unstamped", None, meta)
+    return TopicsState("absent", None, meta)
 
 
 def inspect_telegram_topics(target: Target):
@@ -350,19 +353,29 @@ def _check_plan(steps: list, state: DbState, target: Target, scripts: ScriptDire
     return True
 
 
-def run_env(context, target: Target, *, read_only: bool, configure: Callable) -> None:
+def run_env(context, target: Target, *, read_only: bool) -> None:
     """The body of ``migrations/env.py`` for a PostgreSQL target.
 
-    ``configure(connection, on_version_apply)`` calls ``context.configure`` with the
-    env's options. A mutating run takes the advisory lock, validates the plan (nothing
-    below the baseline), creates the baseline on an empty database, then lets Alembic
-    run the remaining steps, one transaction each.
+    A mutating run takes the advisory lock, validates the plan (nothing below the
+    baseline), creates the baseline on an empty database, then lets Alembic run the
+    remaining steps, one transaction each.
     """
-    from . import postgres
+    from ...schema import metadata
 
-    engine = postgres.create_engine(target, poolclass=sa.pool.NullPool)
+    def configure(connection, on_version_apply) -> None:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            include_name=include_name,
+            transactional_ddl=True,
+            transaction_per_migration=True,
+            compare_type=True,
+            on_version_apply=on_version_apply,
+        )
+
+    engine = create_engine(target, poolclass=sa.pool.NullPool)
     try:
-        with postgres.pg_errors(target):
+        with pg_errors(target):
             if read_only:
                 with engine.connect() as conn:
                     classify(conn, target)
@@ -371,9 +384,9 @@ def run_env(context, target: Target, *, read_only: bool, configure: Callable) ->
                     with context.begin_transaction():
                         context.run_migrations()
                 return
-            with postgres.migration_lock(engine), engine.connect() as conn:
+            with migration_lock(engine), engine.connect() as conn:
                 with conn.begin():
-                    postgres.check_server(conn, target)
+                    check_server(conn, target)
                     state = classify(conn, target)
                 heads = (state.revision,) if state.revision else ()
                 plan = context._proxy.context_opts.get("fn")
@@ -424,18 +437,19 @@ def record_schema_version(ctx, step, heads, run_args) -> None:
 
 def include_name(name, type_, parent_names) -> bool:
     """``migrate.include_name`` plus the PostgreSQL FTS objects (columns, indexes)."""
-    from . import migrate
-    from .fts import postgres as fts_postgres
+    from .fts import ddl as fts_ddl
 
-    if name is not None and type_ in ("column", "index") and fts_postgres.is_fts_object(name):
+    if name is not None and type_ in ("column", "index") and fts_ddl.is_fts_object(name):
         return False
-    return migrate.include_name(name, type_, parent_names)
+    if type_ == "table" and name is not None:
+        return not telegram_schema.owns(name)
+    return True
 
 
 def _pk_nullability_rule(diff, metadata: sa.MetaData | None = None) -> bool:
     """PostgreSQL makes every primary-key column NOT NULL; the metadata declares single
     TEXT keys nullable for SQLite's sake (upstream's quirk, ``schema.py``). Not drift."""
-    from . import schema
+    from ... import schema
 
     metadata = schema.metadata if metadata is None else metadata
     if not isinstance(diff, list):
@@ -459,12 +473,11 @@ def check(target: Target):
     """At head, and do the ordinary tables match ``hermes_store.schema``? (read-only)"""
     from alembic.autogenerate import compare_metadata
 
-    from . import migrate
-    from .schema import metadata
+    from ...schema import metadata
 
     state = inspect_database(target)
     drift: list[str] = []
-    topics = migrate.TopicsCheck("absent", None, migrate.telegram_topics_head(), None, [])
+    topics = TopicsCheck("absent", None, telegram_topics_head(), None, [])
     if state.kind == "alembic":
         with _connection(target) as conn:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
@@ -474,14 +487,70 @@ def check(target: Target):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*expression-based index")
                 diffs = compare_metadata(ctx, metadata)
-            drift = [migrate._describe(d) for d in without_pk_nullability(diffs, metadata)]
-            topics = migrate.check_telegram_topics(conn, target.display)
+            drift = [describe(d) for d in without_pk_nullability(diffs, metadata)]
+            topics = check_telegram_topics(conn, target.display)
             conn.rollback()
-    return migrate.CheckResult(state.revision, migrate.head(), drift, topics)
+    return CheckResult(state.revision, head(), drift, topics)
+
+
+class PostgresqlMigrations(Migrations):
+    """``Backend.migrations`` of the PostgreSQL backend (the functions above)."""
+
+    baseline = BASELINE
+
+    def state(self, target) -> StoreState:
+        found = inspect_database(target)
+        return StoreState(found.kind, found.revision)
+
+    def schema_version_of(self, target):
+        return schema_version_of(target)
+
+    def upgrade(self, target, revision="head", *, progress=None):
+        return upgrade(target, revision, progress=progress)
+
+    def downgrade(self, target, revision):
+        return downgrade(target, revision)
+
+    def refuse_downgrade(self, target, revision) -> None:
+        refuse_below_baseline(target, revision)
+
+    def stamp(self, target, revision) -> None:
+        stamp(target, revision)
+
+    def check(self, target):
+        return check(target)
+
+    def ensure_schema(self, target, *, auto_upgrade, read_only) -> None:
+        ensure_schema(target, auto_upgrade=auto_upgrade, read_only=read_only)
+
+    def run_env(self, context, target, *, read_only) -> None:
+        run_env(context, target, read_only=read_only)
+
+    def run_topics_env(self, context, target, *, read_only) -> None:
+        raise errors.HermesStoreError(
+            f"{target.display}: the Telegram topic branch runs through Alembic on SQLite "
+            "files only; on PostgreSQL call SessionDB.apply_telegram_topic_migration()"
+        )
+
+    def topics_state(self, target):
+        return inspect_telegram_topics(target)
+
+    def topics_state_on(self, conn, where):
+        return telegram_topics_state(conn, where)
+
+    def upgrade_topics_on(self, conn, revision):
+        return create_telegram_topics(conn, revision)
+
+    def topics_drift(self, conn, diffs, metadata):
+        return without_pk_nullability(diffs, metadata)
+
+
+MIGRATIONS = PostgresqlMigrations()
 
 
 __all__ = [
     "BASELINE",
+    "MIGRATIONS",
     "DbState",
     "check",
     "classify",

@@ -1,0 +1,456 @@
+"""The one interface of what differs between engines (decision D17).
+
+A ``Backend`` is chosen once per store from the URL's dialect (``backends.get``/``of``)
+and answers every engine-specific question the core asks; ``backends/sqlite`` and
+``backends/postgresql`` implement it side by side, as Alembic's ``SQLiteImpl`` and
+``PostgresqlImpl`` implement ``DefaultImpl``. It has four facets, each an object of its
+own so that a newcomer reads one concern at a time:
+
+* the backend itself: engines and connections, write units (begin, lock, what a failed
+  statement means), error translation, the repository's dialect-dependent SQL;
+* ``search`` — how a full-text route is written (:class:`SearchRoute`), and the index
+  upkeep methods (``*_fts``);
+* ``migrations`` — creating, inspecting and migrating a schema (:class:`Migrations`);
+* ``copying`` — what ``db copy`` needs of either side (:class:`CopySide`).
+
+Nothing here imports a driver; the methods that every engine shares have their one
+implementation here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..connections import HeldConnections, PooledConnections
+    from ..location import Target
+    from ..units import RetryPolicy
+
+#: ``progress(table, done, total)`` of an index rebuild
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass
+class OpenedStore:
+    """What ``Backend.open_store`` hands ``SessionDB``: the engine, how errors name the
+    database, and the connections reads go through (``singles``: single statements
+    outside a transaction, where the engine has a cheaper way than a snapshot)."""
+
+    engine: Engine
+    label: object
+    readers: "HeldConnections | PooledConnections"
+    singles: "HeldConnections | PooledConnections | None" = None
+
+
+class Backend:
+    """One engine's answers (the defaults below are the generic SQLAlchemy ones)."""
+
+    #: the SQLAlchemy dialect name, and the key in ``backends.PACKAGES``
+    name: str = ""
+    #: DBAPI drivers whose statements may take the driver door (``driver.driver_execute``)
+    door_drivers: frozenset[str] = frozenset()
+    #: one connection per thread, kept (True), or one per call from the pool (False)
+    holds_connections: bool = True
+    #: threads of one process run their write units one at a time
+    serializes_units: bool = True
+    #: a write unit takes a lock of its own first (``lock_unit``)
+    locks_units: bool = False
+    #: committed units are followed by a checkpoint every ``RetryPolicy.checkpoint_every``
+    checkpoints: bool = False
+    #: a store is one file at a path (backup, recover, WAL sidecars apply)
+    stores_files: bool = False
+
+    # ------------------------------------------------------------------ facets
+
+    @property
+    def search(self) -> "SearchRoute":
+        raise NotImplementedError
+
+    @property
+    def migrations(self) -> "Migrations":
+        raise NotImplementedError
+
+    @property
+    def copying(self) -> "CopySide":
+        raise NotImplementedError
+
+    @property
+    def files(self):
+        """Operations on a store that is a file (backup, recover, repair, health), or
+        None where a store is a database on a server."""
+        return None
+
+    # ------------------------------------------------------------------ location
+
+    def require_driver(self, target: "Target") -> None:
+        """Raise ``DriverMissingError`` when the target's driver cannot be imported."""
+
+    def same_database(self, a: "Target", b: "Target") -> bool:
+        """Whether two targets of this backend name one database."""
+        return a.url == b.url
+
+    # ------------------------------------------------------------------ engines
+
+    def open_store(self, target: "Target", *, read_only: bool, auto_upgrade: bool,
+                   retry: "RetryPolicy", pool_size: int | None,
+                   max_overflow: int | None) -> OpenedStore:
+        """Everything ``SessionDB`` needs before its first call: the database checked
+        (refused with a clear error when it cannot be used), its schema at head (or the
+        error naming the command to run), the engine and the read connections."""
+        raise NotImplementedError
+
+    def inspection_engine(self, target: "Target") -> Engine:
+        """An engine that reads ``target`` without changing anything about it (not even
+        a journal mode), each connection made on demand; the caller disposes of it."""
+        raise NotImplementedError
+
+    def tool_engine(self, target: "Target", *, read_only: bool) -> Engine:
+        """An engine for the package's own tools on a store (export, import): nothing
+        about the database changed but what they write."""
+        raise NotImplementedError
+
+    def label(self, engine: Engine) -> str:
+        """How messages name the database of ``engine`` (never with a password)."""
+        return engine.url.render_as_string(hide_password=True)
+
+    def computed_column(self, name: str) -> bool:
+        """A column the engine computes itself (derived data, never exported)."""
+        return False
+
+    def driver_transactions(self, dialect) -> bool:
+        """Whether BEGIN and COMMIT go through the driver door (else ``conn.begin()``)."""
+        return False
+
+    def outside_transaction(self, conn: sa.Connection) -> None:
+        """Make the next driver statement on ``conn`` run on its own (autocommit)."""
+
+    def end_driver_transaction(self, conn: sa.Connection) -> None:
+        """After SQLAlchemy rolled back a failed unit: end what the driver may still
+        hold open (never revive a lost connection)."""
+
+    def is_disconnect(self, dialect, exc: BaseException, dbapi_conn, cursor) -> bool:
+        """Whether a driver error on the door means the connection is gone."""
+        return bool(dialect.is_disconnect(exc, dbapi_conn, cursor))
+
+    # ------------------------------------------------------------------ write units
+
+    def lock_unit(self, conn: sa.Connection, *, exclusive: bool) -> None:
+        """A write unit's first statement where ``locks_units`` (else never called)."""
+        raise NotImplementedError
+
+    def session_ended(self, conn: sa.Connection) -> BaseException | None:
+        """Just before COMMIT: an error to raise (and re-run the unit) when the server
+        already ended the connection's session; None on the usual path."""
+        return None
+
+    def checkpoint(self, engine: Engine, mode: str, label: object) -> tuple | None:
+        """Copy the write-ahead log back into the database (best effort, failures
+        logged); None where the engine does this on its own."""
+        return None
+
+    def vacuum(self, engine: Engine, label: object) -> None:
+        """Compact the store (``SessionDB.vacuum``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ errors
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A failure after which re-running the whole unit can succeed (busy, locked,
+        serialization failure, deadlock, lock timeout)."""
+        return False
+
+    def is_connection_lost(self, exc: BaseException) -> bool:
+        """The connection broke or could not be made (a file has none to lose)."""
+        return bool(getattr(exc, "connection_invalidated", False))
+
+    def translate_error(self, exc: BaseException, where: object) -> BaseException | None:
+        """The package's own error for a driver error (it says what to do), or None."""
+        return None
+
+    def raise_translated(self, exc: BaseException, where: object) -> NoReturn:
+        """Raise :meth:`translate_error`'s error for ``exc``, or ``exc`` itself; called
+        in the handler that caught ``exc``."""
+        mapped = self.translate_error(exc, where)
+        if mapped is None:
+            raise exc
+        raise mapped from exc
+
+    @contextlib.contextmanager
+    def translated_errors(self, where: object) -> Iterator[None]:
+        """Re-raise the driver's errors inside the block as the package's."""
+        try:
+            yield
+        except Exception as exc:
+            mapped = self.translate_error(exc, where)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    # ------------------------------------------------------------------ repository SQL
+
+    def insert(self, table: sa.Table):
+        """``insert(table)`` with ``on_conflict_do_update``/``_do_nothing``."""
+        raise NotImplementedError
+
+    def keep_ids_ahead(self, conn: sa.Connection, column: sa.Column) -> None:
+        """After rows were inserted with explicit values in an autoincrementing key,
+        make the next generated value larger than every stored one."""
+
+    # ------------------------------------------------------------------ schema objects
+
+    def create_display_triggers(self, conn: sa.Connection) -> None:
+        """The display-order triggers (``hermes_store.display_order``'s rules)."""
+        raise NotImplementedError
+
+    def drop_display_triggers(self, conn: sa.Connection) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ full-text upkeep
+
+    def usable_fts_indexes(self, conn: sa.Connection) -> list[str]:
+        raise NotImplementedError
+
+    def rebuild_fts(self, conn: sa.Connection, *, progress: ProgressCallback | None = None
+                    ) -> list[str]:
+        raise NotImplementedError
+
+    def fts_integrity_check(self, conn: sa.Connection) -> list[str]:
+        raise NotImplementedError
+
+    def optimize_fts(self, conn: sa.Connection) -> bool:
+        """One bounded step of index upkeep; True once nothing is left to do."""
+        raise NotImplementedError
+
+    def fts_sizes(self, conn: sa.Connection) -> dict[str, int]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ reporting
+
+    def describe(self, target: "Target") -> dict[str, Any]:
+        """Facts ``status``/``doctor`` show about where the store lives (library,
+        journal mode, server version…), read without writing."""
+        return {}
+
+    def size_bytes(self, conn: sa.Connection, target: "Target") -> int | None:
+        """The store's size on disk (a file and its sidecars; a server's relations)."""
+        return None
+
+    def wal_bytes(self, target: "Target") -> int | None:
+        """Bytes in a write-ahead log waiting for a checkpoint (None: not applicable)."""
+        return None
+
+    def health(self, target: "Target", conn: sa.Connection | None = None, *,
+               quick: bool = False) -> list[str]:
+        """Problems of the storage itself (integrity check), empty when sound."""
+        return []
+
+
+class SearchRoute:
+    """How a full-text route is written on one engine (``repository.search`` builds its
+    statements from these pieces; ``Backend.search``).
+
+    ``prepare(index, expression)`` gives the statement's *shape* (hashable: statements
+    are built once per shape) and its bound values, or None when nothing can match;
+    ``source``, ``row_id``, ``condition``, ``rank``, ``best_first``, ``snippet`` give Core
+    pieces for a shape; when ``snippet`` is None the caller computes it in Python with
+    ``text_snippet``. ``present_indexes``/``present_indexes_values``: the statement that
+    says which indexes exist (``a``: the word index, ``b``: the trigram one).
+    """
+
+    name = ""
+    #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
+    falls_back_to_like = False
+    #: pick the page from (id, rank) first, read its rows after
+    page_first = False
+    present_indexes: Any = None
+    present_indexes_values: dict = {}
+    #: "both indexes present" may be kept per connection instead of asked per search
+    keeps_present_indexes = False
+    #: a best-first page's LIMIT is written into the statement (else bound)
+    page_size_in_sql = False
+
+    def search_layer_missing(self, exc: BaseException) -> bool:
+        return False
+
+    def prepare(self, index: str, expression: str):
+        raise NotImplementedError
+
+    def source(self, index: str, messages: sa.Table) -> sa.FromClause:
+        raise NotImplementedError
+
+    def row_id(self, index: str, messages: sa.Table) -> sa.ColumnElement:
+        raise NotImplementedError
+
+    def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
+        raise NotImplementedError
+
+    def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
+        raise NotImplementedError
+
+    def best_first(self, index: str, messages: sa.Table, shape) -> tuple:
+        raise NotImplementedError
+
+    def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
+        return None
+
+    def text_snippet(self, expression: str, content: Any, tool_name: Any) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """Where a database stands, read without writing to it.
+
+    ``kind``: ``"missing"`` (no file), ``"empty"`` (no tables: a new store),
+    ``"alembic"`` (``revision`` from ``alembic_version``) or ``"upstream"`` (a file
+    upstream Hermes wrote, not adopted yet: ``revision`` derived from its
+    ``schema_version``). ``schema_version`` is upstream's number as stored.
+    """
+
+    kind: str
+    revision: str | None
+    schema_version: int | None = None
+    path: Path | None = None
+    writable: bool = True
+
+    @property
+    def needs_adoption(self) -> bool:
+        return self.kind == "upstream"
+
+
+class Migrations:
+    """Creating, inspecting and migrating one engine's schema (``hermes_store.migrate``
+    is the dialect-free API over it; ``migrations/env.py`` hands its run to
+    :meth:`run_env`)."""
+
+    #: the first revision a database of this engine runs (None: the chain's base)
+    baseline: str | None = None
+
+    def state(self, target: "Target") -> StoreState:
+        raise NotImplementedError
+
+    def schema_version_of(self, target: "Target") -> int | None:
+        raise NotImplementedError
+
+    def upgrade(self, target: "Target", revision: str, *, progress=None) -> str | None:
+        raise NotImplementedError
+
+    def downgrade(self, target: "Target", revision: str) -> str | None:
+        raise NotImplementedError
+
+    def refuse_downgrade(self, target: "Target", revision: str) -> None:
+        """Raise before anything runs when ``revision`` cannot be reached downwards."""
+
+    def stamp(self, target: "Target", revision: str) -> None:
+        raise NotImplementedError
+
+    def check(self, target: "Target"):
+        """``migrate.CheckResult``: at head, and drift from ``hermes_store.schema``."""
+        raise NotImplementedError
+
+    def ensure_schema(self, target: "Target", *, auto_upgrade: bool, read_only: bool) -> None:
+        raise NotImplementedError
+
+    def run_env(self, context, target: "Target", *, read_only: bool) -> None:
+        """The body of ``migrations/env.py`` for this engine."""
+        raise NotImplementedError
+
+    def run_env_on(self, context, connection: sa.Connection, where: object) -> None:
+        """``migrations/env.py`` on a caller's live connection."""
+        raise NotImplementedError
+
+    def run_topics_env(self, context, target: "Target", *, read_only: bool) -> None:
+        """The body of ``migrations/telegram_topics/env.py`` for this engine."""
+        raise NotImplementedError
+
+    def run_topics_env_on(self, context, connection: sa.Connection, where: object) -> None:
+        raise NotImplementedError
+
+    # -- the Telegram topic branch (opt-in; its own version table)
+
+    def topics_state(self, target: "Target"):
+        raise NotImplementedError
+
+    def topics_state_on(self, conn: sa.Connection, where: object):
+        raise NotImplementedError
+
+    def upgrade_topics(self, target: "Target", revision: str, *, only_if_present: bool) -> str | None:
+        raise NotImplementedError
+
+    def upgrade_topics_on(self, conn: sa.Connection, revision: str) -> str | None:
+        """The opt-in inside the caller's write unit."""
+        raise NotImplementedError
+
+    def downgrade_topics(self, target: "Target", revision: str) -> str | None:
+        raise NotImplementedError
+
+    def topics_drift(self, conn: sa.Connection, diffs: list, metadata) -> list:
+        """Autogenerate differences of the topic tables that are real (the engine's
+        reflection artefacts removed)."""
+        return diffs
+
+
+class CopySide:
+    """What ``db copy`` needs of one side (``hermes_store.dbcopy``)."""
+
+    #: the engine's columns hold values only of their declared type (a copy from a
+    #: looser engine must check the rows first)
+    strict_types: bool = False
+
+    def exists(self, target: "Target") -> bool:
+        return True
+
+    def engine(self, target: "Target", *, writable: bool) -> Engine:
+        raise NotImplementedError
+
+    def close(self, engine: Engine, target: "Target", *, writable: bool) -> None:
+        engine.dispose()
+
+    @contextlib.contextmanager
+    def snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
+        """One read-only transaction on ``conn``."""
+        raise NotImplementedError
+        yield conn  # pragma: no cover
+
+    def own_object(self, name: str) -> bool:
+        """A table the engine keeps for itself (full-text shadow tables…)."""
+        return False
+
+    def check_source_rows(self, conn: sa.Connection, specs: Sequence, *, where: str,
+                          strict_destination: bool) -> None:
+        """Refuse rows a copy could not keep (broken references, values of another type
+        than their column's where the destination is strict)."""
+
+    def write_rows(self, conn: sa.Connection, table: sa.Table, rows: list[tuple]) -> None:
+        raise NotImplementedError
+
+    def suspended_objects(self, conn: sa.Connection, names: list[str],
+                          triggers: Sequence[str]) -> list[tuple[str, str, str]]:
+        """``(name, drop, create)`` of secondary indexes, keys and the given triggers
+        that a bulk load suspends, from the destination's own catalog."""
+        raise NotImplementedError
+
+    def before_load(self, conn: sa.Connection, low: int | None, high: int | None) -> None:
+        """Set up the full-text layer for a bulk load of messages ``low..high``."""
+
+    def after_load(self, conn: sa.Connection, where: str) -> None:
+        """Build the full-text layer after the load; check references."""
+
+    def after_finish(self, engine: Engine) -> None:
+        """Outside a transaction, once the finish step committed (statistics)."""
+
+    def id_high_water(self, conn: sa.Connection, top: int) -> int:
+        """The highest message id ever handed out (``top`` is ``MAX(id)``)."""
+        return top
+
+    def carry_id_high_water(self, conn: sa.Connection, high_water: int) -> None:
+        raise NotImplementedError
+
+
+__all__ = ["Backend", "CopySide", "Migrations", "OpenedStore", "SearchRoute", "StoreState"]

@@ -1,0 +1,101 @@
+"""The NUL-safe text codec of PostgreSQL connections (decision D12).
+
+The NUL encoding. PostgreSQL ``text`` cannot hold U+0000, which SQLite stores without
+fuss (and the messages concern writes ``"\\x00json:" + JSON`` for multimodal content).
+Every Python ``str`` sent to PostgreSQL goes through one reversible substitution, and
+every ``text``/``varchar`` value read back goes through its inverse:
+
+    U+0001 → U+0001 U+0001        U+0000 → U+0001 U+0002
+
+A string without U+0000 and U+0001 — nearly all — is sent and read unchanged (one
+``in`` test each way). The substitution is applied per character, so it keeps
+equality, ``LIKE`` patterns and substring search over ordinary text exact. It lives at
+the driver's type level (psycopg dumpers and loaders, installed on each connection by
+the engine's connect hook) rather than in SQLAlchemy column types, so that it covers
+every path a string can take — Core statements, ``exec_driver_sql``, the prebuilt
+statements and ``COPY`` — and SQLite connections never see it (no cost, bytes
+untouched). A tool that reads the database without hermes_store sees the escaped
+form; :func:`decode_text` undoes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ESCAPE = "\x01"
+_ESCAPED = re.compile("\x01([\x01\x02])")
+
+
+def encode_text(value: str) -> str:
+    """``value`` as stored on PostgreSQL (see module docstring)."""
+    if "\x00" not in value and _ESCAPE not in value:
+        return value
+    return value.replace(_ESCAPE, "\x01\x01").replace("\x00", "\x01\x02")
+
+
+def _unescape(match: re.Match) -> str:
+    return _ESCAPE if match.group(1) == _ESCAPE else "\x00"
+
+
+def decode_text(value: str) -> str:
+    """The inverse of :func:`encode_text` (a lone U+0001, which it never writes, stays)."""
+    if _ESCAPE not in value:
+        return value
+    return _ESCAPED.sub(_unescape, value)
+
+
+def _codec_adapters():
+    """psycopg dumper/loader classes applying the codec (built on first use: psycopg
+    is imported only when PostgreSQL is)."""
+    from psycopg.types import string as pg_string
+
+    def dumper(base):
+        class NulSafe(base):
+            def dump(self, obj):
+                return super().dump(encode_text(obj))
+
+        NulSafe.__name__ = f"NulSafe{base.__name__}"
+        return NulSafe
+
+    def loader(base):
+        # called once per text value read: one Python frame (psycopg's own TextLoader
+        # is Python too; calling it through super() cost a second one)
+        class NulSafe(base):
+            def load(self, data):
+                if not self._encoding:  # SQL_ASCII: bytes (check_server refuses it)
+                    return super().load(data)
+                text = str(data, self._encoding)
+                return decode_text(text) if _ESCAPE in text else text
+
+        NulSafe.__name__ = f"NulSafe{base.__name__}"
+        return NulSafe
+
+    # Registration order matters: per format, the last dumper registered for ``str`` is
+    # the default; psycopg's own order ends with the text-format "unknown" dumper.
+    dumpers = [dumper(getattr(pg_string, name)) for name in (
+        "StrBinaryDumperVarchar", "StrBinaryDumper",
+        "StrDumperVarchar", "StrDumper", "StrDumperUnknown",
+    )]
+    text_loader = loader(pg_string.TextLoader)
+    binary_loader = loader(pg_string.TextBinaryLoader)
+    return dumpers, text_loader, binary_loader
+
+
+_adapters = None
+
+
+def install_text_codec(dbapi_conn) -> None:
+    """Make one psycopg connection apply the NUL codec to every string."""
+    global _adapters
+    if _adapters is None:
+        _adapters = _codec_adapters()
+    dumpers, text_loader, binary_loader = _adapters
+    adapters = dbapi_conn.adapters
+    for dumper in dumpers:
+        adapters.register_dumper(str, dumper)
+    for type_name in ("text", "varchar"):
+        adapters.register_loader(type_name, text_loader)
+        adapters.register_loader(type_name, binary_loader)
+
+
+__all__ = ["decode_text", "encode_text", "install_text_codec"]

@@ -1,0 +1,220 @@
+"""The SQLite backend: a state.db file (the embedded default, decisions D8, D10).
+
+Its modules, each about one thing:
+
+    engine.py     the engine factory, pragmas, the begin hook, checkpoints, VACUUM
+    errors.py     SQLite's result codes as the package's errors; what is "busy"
+    files.py      a file before it is opened: symlinks, mode bits, the read-only probe
+    stamp.py      "is the file at head?" without Alembic
+    fts/          the FTS5 layout (ddl), its MATCH route (search), its upkeep (maintenance)
+    migrate/      adoption of upstream files, the revisions' env, drift, topic tables
+    dialect.py    how the repository's portable constructs compile on SQLite
+    display_order.py  the display-order triggers
+    copying.py    a SQLite side of ``db copy``
+    repair.py     healing duplicated FTS schema rows (upstream #43149)
+    recovery.py   salvaging a damaged file; backup.py: online backup, file health
+
+Only ``backends.get("sqlite")`` creates :data:`BACKEND`; nothing here imports the
+PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from ..base import Backend, OpenedStore
+from . import dialect as _dialect  # noqa: F401  (registers the SQLite compilations)
+from .errors import is_busy_error, translate_error
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+    door_drivers = frozenset({"pysqlite"})
+    holds_connections = True
+    serializes_units = True
+    locks_units = False
+    checkpoints = True
+    stores_files = True
+
+    # ------------------------------------------------------------------ facets
+
+    @property
+    def search(self):
+        from .fts.search import FTS5_SEARCH
+
+        return FTS5_SEARCH
+
+    @property
+    def migrations(self):
+        from .migrate import MIGRATIONS
+
+        return MIGRATIONS
+
+    @property
+    def copying(self):
+        from .copying import COPYING
+
+        return COPYING
+
+    @property
+    def files(self):
+        from .tools import FILES
+
+        return FILES
+
+    # ------------------------------------------------------------------ location
+
+    def same_database(self, a, b) -> bool:
+        return a.path.resolve() == b.path.resolve()
+
+    # ------------------------------------------------------------------ engines
+
+    def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
+                   max_overflow=None) -> OpenedStore:
+        from ...connections import HeldConnections
+        from ...errors import SchemaOutOfDateError, StoreNotFoundError
+        from .engine import create_engine
+        from .files import (
+            check_not_symlink,
+            create_private_file,
+            ensure_schema,
+            make_private,
+            upgrade_hint,
+        )
+        from .repair import probe_or_heal
+
+        path = target.path
+        check_not_symlink(path)
+        if not path.exists():
+            if read_only:
+                raise StoreNotFoundError(
+                    f"{path} does not exist; a read-only open never creates a database. "
+                    "Check the path (or $HERMES_HOME), or open it without read_only=True."
+                )
+            if not auto_upgrade:
+                raise SchemaOutOfDateError(f"{path} does not exist: {upgrade_hint(path)}")
+            create_private_file(path)
+        elif not read_only:
+            make_private(path)
+        probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
+        ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
+        engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout)
+        return OpenedStore(engine, path, HeldConnections(engine))
+
+    def inspection_engine(self, target) -> sa.Engine:
+        from .engine import create_engine
+
+        return create_engine(target.path, read_only=True, journal_mode=None,
+                             poolclass=sa.pool.NullPool)
+
+    def tool_engine(self, target, *, read_only: bool) -> sa.Engine:
+        from .engine import create_engine
+
+        return create_engine(target.path, read_only=read_only, journal_mode=None)
+
+    def label(self, engine) -> str:
+        return engine.url.database
+
+    def driver_transactions(self, dialect) -> bool:
+        return dialect.driver in self.door_drivers
+
+    def end_driver_transaction(self, conn) -> None:
+        dbapi_conn = conn.connection.dbapi_connection
+        if getattr(dbapi_conn, "in_transaction", False):
+            dbapi_conn.rollback()
+
+    def is_disconnect(self, dialect, exc, dbapi_conn, cursor) -> bool:
+        return False  # a file has no connection to lose
+
+    # ------------------------------------------------------------------ units
+
+    def checkpoint(self, engine, mode, label):
+        from .engine import checkpoint
+
+        return checkpoint(engine, mode, label)
+
+    def vacuum(self, engine, label) -> None:
+        from .engine import vacuum
+
+        vacuum(engine, label)
+
+    # ------------------------------------------------------------------ errors
+
+    def is_transient(self, exc) -> bool:
+        return isinstance(exc, sa.exc.OperationalError) and is_busy_error(exc)
+
+    def translate_error(self, exc, where):
+        return translate_error(exc, where)
+
+    # ------------------------------------------------------------------ repository SQL
+
+    def insert(self, table):
+        from sqlalchemy.dialects.sqlite import insert
+
+        return insert(table)
+
+    # ------------------------------------------------------------------ schema objects
+
+    def create_display_triggers(self, conn) -> None:
+        from .display_order import create_display_triggers
+
+        create_display_triggers(conn)
+
+    def drop_display_triggers(self, conn) -> None:
+        from .display_order import drop_display_triggers
+
+        drop_display_triggers(conn)
+
+    # ------------------------------------------------------------------ full-text upkeep
+
+    def usable_fts_indexes(self, conn):
+        from .fts import maintenance
+
+        return maintenance.usable_indexes(conn)
+
+    def rebuild_fts(self, conn, *, progress=None):
+        from .fts import maintenance
+
+        return maintenance.rebuild(conn, progress=progress)
+
+    def fts_integrity_check(self, conn):
+        from .fts import maintenance
+
+        return maintenance.integrity_check(conn)
+
+    def optimize_fts(self, conn, **options):
+        from .fts import maintenance
+
+        return maintenance.optimize(conn, **options)
+
+    def fts_sizes(self, conn):
+        from .fts import maintenance
+
+        return maintenance.fts_sizes(conn)
+
+    # ------------------------------------------------------------------ reporting
+
+    def describe(self, target) -> dict:
+        from .backup import journal_mode
+
+        return {"journal_mode": journal_mode(target.path)}
+
+    def size_bytes(self, conn, target) -> int | None:
+        path = target.path
+        return path.stat().st_size if path.exists() else None
+
+    def wal_bytes(self, target) -> int | None:
+        wal = Path(f"{target.path}-wal")
+        return wal.stat().st_size if wal.exists() else 0
+
+    def health(self, target, conn=None, *, quick: bool = False):
+        from .backup import file_health
+
+        return file_health(target.path, quick=quick)
+
+
+BACKEND = SQLiteBackend()
+
+__all__ = ["BACKEND", "SQLiteBackend"]

@@ -1,0 +1,95 @@
+"""SQLite's errors as the package's (result codes → errors that say what to do).
+
+``translate_error`` maps ``SQLITE_FULL``, ``SQLITE_NOTADB``, ``SQLITE_CORRUPT``… to
+``StoreFullError``, ``NotADatabaseError``, ``DatabaseDamagedError``…;
+``is_busy_error`` is the contention a write unit rides out (``SQLITE_BUSY*``,
+``SQLITE_LOCKED*``), classified by result code (by message only for drivers that do
+not expose codes). ``sqlite_errors(path)`` re-raises inside a block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from typing import Iterator, NoReturn
+
+import sqlalchemy as sa
+
+from ... import errors
+
+
+def sqlite_error_name(exc: BaseException) -> str:
+    """SQLite's symbolic result code ("SQLITE_BUSY", …) of a driver error, if any."""
+    orig = getattr(exc, "orig", exc)
+    return getattr(orig, "sqlite_errorname", "") or ""
+
+
+def is_busy_error(exc: BaseException) -> bool:
+    """True for lock contention, classified by result code (message as a fallback
+    for drivers that do not expose codes)."""
+    name = sqlite_error_name(exc)
+    if name:
+        return name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED")
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def translate_error(exc: BaseException, path: object) -> BaseException | None:
+    """Map a driver error to the package's own error (which says what to do), or
+    None to re-raise as is. The one place that reads SQLite's result codes."""
+    name = sqlite_error_name(exc)
+    text = str(getattr(exc, "orig", exc))
+    if is_busy_error(exc):
+        return errors.StoreBusyError(
+            path, 1, "another process holds a write lock; close other Hermes processes "
+            "using this file or retry later"
+        )
+    if name == "SQLITE_FULL" or "database or disk is full" in text:
+        return errors.StoreFullError(
+            f"{path}: the disk (or the database's page limit) is full; the write was rolled "
+            "back and nothing was stored. Free space and retry."
+        )
+    if name == "SQLITE_NOTADB" or "file is not a database" in text:
+        return errors.NotADatabaseError(
+            f"{path} is not a SQLite database ({text}); it was left untouched. If it is a "
+            f"damaged state.db, {errors.RECOVER_HINT}"
+        )
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        # A duplicated schema entry (upstream #43149) is healable in place.
+        hint = errors.REPAIR_HINT if "already exists" in text else errors.RECOVER_HINT
+        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {hint}")
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+        return errors.DatabaseAccessError(
+            f"{path} is read-only ({text}); make the file and its directory writable, or "
+            "run as the user that owns them"
+        )
+    if name.startswith("SQLITE_CANTOPEN"):
+        return errors.DatabaseAccessError(
+            f"cannot open {path} ({text}); check that the directory exists and is writable"
+        )
+    return None
+
+
+def raise_translated(exc: BaseException, path: object) -> NoReturn:
+    """Raise the package's own error for a driver error (:func:`translate_error`), or
+    ``exc`` itself when it has none; called in the handler that caught ``exc``."""
+    mapped = translate_error(exc, path)
+    if mapped is None:
+        raise exc
+    raise mapped from exc
+
+
+@contextlib.contextmanager
+def sqlite_errors(path: object) -> Iterator[None]:
+    """Turn SQLite's error codes into the package's errors (which say what to do)."""
+    try:
+        yield
+    except (sqlite3.Error, sa.exc.DBAPIError) as exc:
+        translated = translate_error(exc, path)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+__all__ = ["is_busy_error", "raise_translated", "sqlite_error_name", "sqlite_errors",
+           "translate_error"]

@@ -1,0 +1,28 @@
+"""Upgrading a file: what ``migrate.upgrade`` and an open below head run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+
+from ....migrate.scripts import config, is_at
+from ..errors import sqlite_errors
+from .inspect import inspect_file
+
+
+def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | None:
+    """Upgrade (adopting first if needed) a file to ``revision``; returns the new revision.
+
+    A missing file is created, owner-only (with its directory). A file already at the
+    target is left alone, even when it is read-only.
+    """
+    state = inspect_file(path)
+    if state.kind == "alembic" and is_at(state.revision, revision):
+        return state.revision
+    with sqlite_errors(path):
+        command.upgrade(config(path, progress=progress), revision)
+    return inspect_file(path).revision
+
+
+__all__ = ["upgrade_file"]

@@ -1,0 +1,35 @@
+"""Is a file at head? Answered through a read-only connection, without Alembic.
+
+The usual open of a store asks this once; anything but a clean "at head" goes to the
+migrations (``backends/sqlite/migrate``), which adopt, upgrade or refuse the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from ...revisions import head
+
+
+def stamped_at_head(path: str | os.PathLike) -> bool:
+    """True when the file is stamped at head: ``alembic_version`` holds one row, the
+    head, and ``schema_version`` one row, its number. Read through a read-only
+    connection; any other state (or any error) is False, for ``migrate`` to judge."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return False
+    try:
+        stamps = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        versions = conn.execute("SELECT version FROM schema_version").fetchall()
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    newest = head()
+    return stamps == [(newest,)] and versions == [(int(newest),)]
+
+
+__all__ = ["stamped_at_head"]

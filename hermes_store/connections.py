@@ -1,0 +1,245 @@
+"""Connections a store works through, and the transactions on them (any engine).
+
+``hermes_begin`` (:data:`BEGIN_MODE`) is the execution option every transaction reads;
+each backend's begin hook turns it into its engine's BEGIN (decisions D8, D13):
+
+* ``"IMMEDIATE"`` — a write unit (SQLite ``BEGIN IMMEDIATE``; PostgreSQL READ COMMITTED);
+* ``"DEFERRED"`` — a read snapshot (the default; PostgreSQL REPEATABLE READ, READ ONLY);
+* ``None`` — no transaction at all (checkpoints, VACUUM, a single autocommit statement).
+
+:func:`writer`, :func:`reader` and :func:`autocommit` are the same engine with that option
+set. :class:`HeldConnections` keeps one connection per thread checked out for a store's
+lifetime (SQLite: a checkout, reset and check-in per call cost more than a small read);
+:class:`PooledConnections` checks one out per unit or read (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import weakref
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from . import backends
+from .driver import driver_execute
+
+log = logging.getLogger(__name__)
+
+#: execution option read by every backend's begin hook
+BEGIN_MODE = "hermes_begin"
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine, beginning every transaction as a write unit."""
+    return engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+
+
+def autocommit(engine: Engine) -> Engine:
+    """The same engine, with no BEGIN at all (checkpoints, VACUUM, pragmas)."""
+    return engine.execution_options(**{BEGIN_MODE: None})
+
+
+def reader(engine: Engine) -> Engine:
+    """The same engine, beginning every transaction as a read snapshot (SQLite's
+    default BEGIN DEFERRED; on PostgreSQL the begin hook's REPEATABLE READ, READ ONLY)."""
+    return engine.execution_options(**{BEGIN_MODE: "DEFERRED"})
+
+
+def begin_statement(conn: sa.Connection) -> str | None:
+    """The BEGIN that starts a transaction on ``conn``, from its ``hermes_begin``
+    execution option (None: none at all). The one place that picks the mode, for the
+    begin hooks and for :func:`transaction` alike."""
+    mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+    return None if mode is None else f"BEGIN {mode}"
+
+
+@contextlib.contextmanager
+def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
+    """One transaction on a held connection: a write unit (``writer`` connections) or a
+    read snapshot (``reader``). Commits when the block ends, rolls back when it raises.
+
+    Where the backend runs BEGIN and COMMIT through the driver (SQLite's pysqlite:
+    SQLAlchemy's transaction bookkeeping and event dispatch around them cost more than
+    the statements), they go through the driver door; a Core statement run inside still
+    works: SQLAlchemy begins its own transaction object, the begin hook sees that the
+    driver is already in one and emits nothing, and the transaction then ends through
+    SQLAlchemy. Elsewhere ``conn.begin()`` (their statements may still take the driver
+    door: the DBAPI connection is in SQLAlchemy's transaction).
+    """
+    if not backends.of_dialect(conn.dialect).driver_transactions(conn.dialect):
+        with conn.begin():
+            yield conn
+        return
+    statement = begin_statement(conn)
+    if statement is not None:
+        driver_execute(conn, statement, ())
+    try:
+        yield conn
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
+    try:
+        if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
+            conn.commit()
+        elif statement is not None:
+            driver_execute(conn, "COMMIT", ())
+    except BaseException:
+        end_failed_transaction(conn)
+        raise
+
+
+def end_failed_transaction(conn: sa.Connection) -> None:
+    """Leave a held connection outside any transaction after a unit failed (a failed
+    COMMIT can leave SQLAlchemy's or the driver's transaction open), so the next unit
+    can BEGIN on it."""
+    try:
+        if conn.in_transaction():
+            conn.rollback()
+        backends.of_dialect(conn.dialect).end_driver_transaction(conn)
+    except Exception as exc:
+        log.warning("rolling back a failed write unit did not complete: %s", exc)
+
+
+# --------------------------------------------------------------------------- held connections
+
+class _Slot:
+    """A thread's entry in a ``HeldConnections``; dropped with the thread's locals."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+
+class HeldConnections:
+    """One connection per thread, checked out of the engine once and kept.
+
+    A checkout, a reset and a check-in per call cost more than a small read, so each
+    thread keeps its own connection (threads never share one, so never a transaction).
+    Connections come from the engine, so the connect hook's settings apply. Every held
+    connection is in a registry: ``close()`` releases all of them, whatever thread holds
+    them, and a thread that ends releases its own (its locals are dropped, which fires a
+    finalizer), so short-lived threads do not leak connections.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._local = threading.local()
+        # key -> connection / finalizer: plain dicts the finalizers reach without `self`
+        self._held: dict[int, sa.Connection] = {}
+        self._finalizers: dict[int, weakref.finalize] = {}
+        self._keys = itertools.count()
+        # reentrant: a finalizer may fire (garbage collection) while this thread holds it
+        self._lock = threading.RLock()
+        self._closed = False
+
+    #: the doors use ``get()`` (kept) rather than ``checkout()`` (``PooledConnections``)
+    held = True
+
+    def get(self) -> sa.Connection:
+        """This thread's connection (checked out on first use)."""
+        slot = getattr(self._local, "slot", None)
+        if slot is not None:
+            return slot.conn
+        return self._hold()
+
+    def _hold(self) -> sa.Connection:
+        from .errors import StoreClosedError
+
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(self._engine.url.database)
+            conn = self._engine.connect()
+            slot, key = _Slot(conn), next(self._keys)
+            self._held[key] = conn
+            self._finalizers[key] = weakref.finalize(
+                slot, _release_held, self._held, self._finalizers, self._lock, key
+            )
+            self._local.slot = slot
+        return conn
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def close(self) -> None:
+        """Release every thread's connection; ``get`` raises ``StoreClosedError`` after."""
+        with self._lock:
+            self._closed = True
+            held = list(self._held.values())
+            finalizers = list(self._finalizers.values())
+            self._held.clear()
+            self._finalizers.clear()
+        for fin in finalizers:
+            fin.detach()
+        for conn in held:
+            _close_quietly(conn)
+
+
+def _release_held(held: dict, finalizers: dict, lock, key: int) -> None:
+    with lock:
+        conn = held.pop(key, None)
+        finalizers.pop(key, None)
+    if conn is not None:
+        _close_quietly(conn)
+
+
+def _close_quietly(conn: sa.Connection) -> None:
+    try:
+        conn.close()
+    except Exception as exc:  # a connection of a thread that died mid-call
+        log.debug("closing a held connection failed: %s", exc)
+
+
+class PooledConnections:
+    """A connection checked out of the engine's pool for one unit or one read, and
+    returned right after (PostgreSQL; see docs/postgres.md, "Connections").
+
+    The same role as ``HeldConnections`` (``held`` tells the doors which one they
+    have): every checkout passes the engine's checkout check, so a connection the
+    server dropped (a restart, an idle timeout) is replaced between units instead of
+    failing the next one, and a process holds only the connections it is using.
+    """
+
+    held = False
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._closed = False
+
+    def checkout(self) -> sa.Connection:
+        """A connection of its own until it is closed (use it in a ``with`` block)."""
+        if self._closed:
+            from .errors import StoreClosedError
+
+            raise StoreClosedError(self._engine.url.database)
+        return self._engine.connect()
+
+    def __len__(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def connections_for(engine: Engine, held: bool) -> HeldConnections | PooledConnections:
+    """Held (one per thread, kept) or pooled (one per call) connections of ``engine``."""
+    return HeldConnections(engine) if held else PooledConnections(engine)
+
+
+__all__ = [
+    "BEGIN_MODE",
+    "HeldConnections",
+    "PooledConnections",
+    "autocommit",
+    "begin_statement",
+    "connections_for",
+    "end_failed_transaction",
+    "reader",
+    "transaction",
+    "writer",
+]

@@ -1,0 +1,74 @@
+"""The one door past Core: SQL text straight to the DBAPI connection (any engine).
+
+``Connection.exec_driver_sql`` costs ~10 µs per statement on top of SQLite;
+:func:`driver_execute` costs well under one, and keeps what callers rely on: the
+``before_cursor_execute``/``after_cursor_execute`` listeners still see every statement,
+and a driver error is raised as SQLAlchemy's exception type (``OperationalError``…,
+``.orig`` the driver's error), so busy retries and error translation work unchanged; a
+connection the driver reports broken is invalidated, as SQLAlchemy does, and the error
+says so (``connection_invalidated``).
+
+Which drivers may take the door is each backend's to say (``Backend.door_drivers``:
+pysqlite, psycopg); ``repository.prebuilt`` compiles the SQL text for each, and any other
+driver runs the same statements through Core.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import backends
+
+
+def uses_driver(dialect) -> bool:
+    """Whether :func:`driver_execute` may be used on connections of this dialect."""
+    return dialect.driver in backends.of_dialect(dialect).door_drivers
+
+
+def outside_transaction(conn: sa.Connection) -> None:
+    """Make the DBAPI connection of ``conn`` (not in a transaction) run the next driver
+    statement on its own (SQLite already does; psycopg is switched to autocommit)."""
+    backends.of_dialect(conn.dialect).outside_transaction(conn)
+
+
+def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False):
+    """Run SQL text on the connection's DBAPI connection; returns the DBAPI cursor.
+
+    The connection's transaction is SQLAlchemy's: the caller runs this inside
+    ``conn.begin()`` (or, for a single statement, after :func:`outside_transaction`).
+    """
+    dbapi_conn = conn.connection.dbapi_connection
+    dispatch = conn.dispatch
+    cursor = None
+    try:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            cursor = dbapi_conn.cursor()
+            for fn in conn.dispatch.before_cursor_execute:
+                fn(conn, cursor, sql, params, None, many)
+            if many:
+                cursor.executemany(sql, params)
+            else:
+                cursor.execute(sql, params)
+            for fn in conn.dispatch.after_cursor_execute:
+                fn(conn, cursor, sql, params, None, many)
+            return cursor
+        if many:
+            cursor = dbapi_conn.cursor()
+            cursor.executemany(sql, params)
+            return cursor
+        return dbapi_conn.execute(sql, params)
+    except conn.dialect.loaded_dbapi.Error as exc:  # sqlite3.Error, psycopg.Error
+        dialect = conn.dialect
+        lost = backends.of_dialect(dialect).is_disconnect(dialect, exc, dbapi_conn, cursor)
+        error = sa.exc.DBAPIError.instance(
+            sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect, ismulti=many,
+            connection_invalidated=lost,
+        )
+        if lost:
+            conn.invalidate(error)
+        raise error from exc
+
+
+__all__ = ["driver_execute", "outside_transaction", "uses_driver"]

@@ -1,0 +1,28 @@
+"""What a drift check reports (``migrate.check``), on either engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .topics import TopicsCheck
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    revision: str | None
+    head: str
+    drift: list[str]
+    #: the Telegram DM topic branch (absent until a user opts in)
+    telegram_topics: TopicsCheck | None = None
+
+    @property
+    def at_head(self) -> bool:
+        return self.revision == self.head
+
+    @property
+    def ok(self) -> bool:
+        topics_ok = self.telegram_topics is None or self.telegram_topics.ok
+        return self.at_head and not self.drift and topics_ok
+
+
+__all__ = ["CheckResult"]
