@@ -166,17 +166,17 @@ def _backup_beside(path: Path) -> Path:
 
 
 def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
-    from ..backends.sqlite import repair as schema_repair
+    from ..backends.sqlite import repair as file_repair
 
     if not path.exists():
         return _report(error=f"{path} does not exist")
     stage, reason = _file_check(path)
     if reason is None:
         return _report(repaired=True, strategy="already_healthy")
-    diagnosis = schema_repair.diagnose(path)
+    diagnosis = file_repair.diagnose(path)
     if diagnosis.healable:
         try:
-            healed = schema_repair.repair(path)  # always keeps a byte copy first
+            healed = file_repair.repair(path)  # always keeps a byte copy first
         except E.HermesStoreError as exc:
             return _report(error=str(exc))
         after = _file_opens_cleanly(path)
