@@ -70,3 +70,17 @@ def shares_prompts_inline(db) -> bool:
     """Whether the store's file carries the marker."""
     with db._read() as conn:
         return keeps_prompts_inline(conn)
+
+
+def keep_file_readable_by_pre_v25(path) -> int:
+    """``keep_prompts_inline(…, refill=True)`` on the SQLite file at ``path`` (opened,
+    brought to head, closed): what switching back needs, e.g. ``hermes-store agent
+    disable`` on the file it leaves, also one just copied back from PostgreSQL with
+    ``hermes-store db copy`` (written by this package, so not marked). Returns how many
+    session rows got their prompt back inline."""
+    from ..store import SessionDB
+
+    with SessionDB(path) as db:
+        if db.target.is_postgresql:
+            return 0
+        return keep_prompts_inline(db, refill=True)

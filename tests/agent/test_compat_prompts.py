@@ -116,3 +116,16 @@ def test_postgresql_is_never_marked(pg_url):
         assert db.get_session("p1")["system_prompt"] == "On the server."
         row = db._conn.execute("SELECT system_prompt, system_prompt_hash FROM sessions").fetchone()
         assert row["system_prompt"] is None and row["system_prompt_hash"]
+
+
+def test_a_file_copied_back_from_postgresql_is_made_readable_for_019(upstream, pg_url, tmp_path):
+    from hermes_store.agent.prompts import keep_file_readable_by_pre_v25
+    from hermes_store.dbcopy import copy_store
+
+    with ours.SessionDB(pg_url) as server:
+        server.create_session("p1", "cli", system_prompt="From the server.")
+    back = tmp_path / "state.db"
+    copy_store(pg_url, back)
+    assert _prompts_as_upstream_reads_them(upstream, back)["p1"] is None  # not marked
+    assert keep_file_readable_by_pre_v25(back) == 1
+    assert _prompts_as_upstream_reads_them(upstream, back)["p1"] == "From the server."
