@@ -247,6 +247,8 @@ class Change:
     action: str  # "enabled", "already enabled", "updated", "disabled", "already disabled"
     paths: list[str] = field(default_factory=list)
     environment: Environment | None = None
+    #: disable: the agent's file made readable by its own module (prompts inline)
+    prompts: dict | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -289,9 +291,10 @@ def enable(python: str | os.PathLike | None = None) -> Change:
     return Change(action, [str(path)], after)
 
 
-def disable(python: str | os.PathLike | None = None) -> Change:
+def disable(python: str | os.PathLike | None = None, environ=os.environ) -> Change:
     """Remove the hook from every site folder of the environment (idempotent). Works
-    whatever the agent's state (even uninstalled), and only on files that are ours."""
+    whatever the agent's state (even uninstalled), and only on files that are ours.
+    Then the agent's file keeps its prompts where the agent's own module reads them."""
     env = probe(python)
     removed = []
     for folder, text in env.hooks.items():
@@ -306,7 +309,26 @@ def disable(python: str | os.PathLike | None = None) -> Change:
         except OSError as exc:
             raise SwitchError(f"cannot remove {path}: {exc.strerror or exc}") from None
         removed.append(str(path))
-    return Change("disabled" if removed else "already disabled", removed, env)
+    return Change("disabled" if removed else "already disabled", removed, env,
+                  prompts=_readable_by_the_agents_own_module(environ))
+
+
+def _readable_by_the_agents_own_module(environ) -> dict | None:
+    """Give every session of the agent's file its system prompt inline again, the only
+    place hermes-agent 0.19.0 reads it (``prompts.keep_file_readable_by_pre_v25``): the
+    file hermes_store wrote, or one copied back from PostgreSQL. Only a file at this
+    package's head is touched (an upstream file, never opened here, is left as it is);
+    a failure is reported, and the switch is off all the same."""
+    info = agent_store(environ)
+    if info.get("backend") != "sqlite" or not info.get("at_head"):
+        return None
+    from .prompts import keep_file_readable_by_pre_v25
+
+    try:
+        refilled = keep_file_readable_by_pre_v25(Path(info["store"]))
+    except Exception as exc:
+        return {"store": info["store"], "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    return {"store": info["store"], "refilled": refilled}
 
 
 # --------------------------------------------------------------------------- status

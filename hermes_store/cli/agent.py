@@ -83,10 +83,18 @@ def disable_command(ctx: typer.Context, python: PythonOption = None, json_flag: 
         return
     if not change.paths:
         o.line(f"Already disabled: no hook in {change.environment.prefix}")
-        return
     for path in change.paths:
         o.line(f"Disabled: removed {path}")
-    o.note("Restart running agent processes so they load the agent's own hermes_state.")
+    prompts = change.prompts
+    if prompts and prompts.get("error"):
+        o.warn(f"Could not put the system prompts of {prompts['store']} back inline for the "
+               f"agent's own hermes_state ({prompts['error']}); run `hermes-store agent disable` "
+               "again when the file is free.")
+    elif prompts:
+        o.line(f"{prompts['store']}: every system prompt is on its session row, where the "
+               f"agent's own hermes_state reads it ({prompts['refilled']} row(s) refilled).")
+    if change.paths:
+        o.note("Restart running agent processes so they load the agent's own hermes_state.")
 
 
 @app.command("status")

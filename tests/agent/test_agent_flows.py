@@ -54,9 +54,10 @@ GROUPS = ("reads", "doctor", "gateway", "writes", "turns", "cron", "final")
 def _side_results(venv, side: str, home: Path, stub, url: str | None) -> dict:
     write_model_config(home, stub.base_url(side))
     env = agent_env(home, upstream=side == "upstream", url=url)
-    run = run_agent_python(venv, SUPPORT / "flows.py", *GROUPS, env=env, timeout=1500)
-    assert run.returncode == 0, f"{side}: {run.stderr[-4000:]}"
-    data = json.loads(run.stdout)
+    out = home.parent / "flows.json"
+    run = run_agent_python(venv, SUPPORT / "flows.py", out, *GROUPS, env=env, timeout=1500)
+    assert run.returncode == 0 and out.is_file(), f"{side}: {run.stderr[-4000:]}"
+    data = json.loads(out.read_text())
     data["_stderr"] = run.stderr[-4000:]
     return data
 
@@ -172,11 +173,11 @@ SAME_EVERYWHERE = [
     "dashboard /api/analytics/usage?days=30", "dashboard /api/analytics/models?days=30",
     "dashboard /api/sessions/s_chain_root/latest-descendant",
     "dashboard /api/sessions/s_docker/latest-descendant",
-    "acp restored", "acp listed", "acp db row",
+    "acp restored", "acp restored history", "acp listed", "acp db row",
     "sessions rename", "sessions rename taken", "sessions delete", "sessions delete missing",
     "sessions prune --dry-run", "sessions prune", "sessions list after writes",
     "oneshot", "chat --resume ended", "resumed session row",
-    "cron create", "cron list", "cron run", "cron tick",
+    "cron create", "cron list", "cron tick", "cron runs",
     "final export",
 ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ from hermes_store.agent import switch
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    """A HERMES_HOME of the test's own for every command (status and disable read the
+    agent's store)."""
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("HERMES_STATE_DATABASE_URL", raising=False)
+    return home
 
 
 @pytest.fixture
@@ -252,3 +264,33 @@ def test_an_agent_updated_to_an_untested_version_gets_its_own_module_back(env):
     status = store_cli("--json", "agent", "status", "--python", env.python)
     info = json.loads(status.stdout)
     assert status.returncode == 9 and info["enabled"] is False and info["hook_files"]
+
+
+def test_disable_leaves_the_agents_file_readable_by_its_own_module(env, _home):
+    """A file at head that hermes_store wrote without the agent's module (here: the
+    package's own SessionDB, as after `db copy` back from PostgreSQL) keeps its prompts
+    only in system_prompts; hermes-agent 0.19.0 reads sessions.system_prompt alone."""
+    from hermes_store import SessionDB
+
+    with SessionDB(_home / "state.db") as db:
+        db.create_session("s1", source="cli", system_prompt="You are Hermes. 你好。")
+    inline = "SELECT system_prompt FROM sessions WHERE id = 's1'"
+    conn = sqlite3.connect(_home / "state.db")
+    assert conn.execute(inline).fetchone() == (None,)
+    conn.close()
+    store_cli("agent", "enable", "--python", env.python, check=True)
+    off = store_cli("agent", "disable", "--python", env.python)
+    assert off.returncode == 0, off.stderr
+    assert "every system prompt is on its session row" in flat(off.stdout)
+    assert "(1 row(s) refilled)" in flat(off.stdout)
+    conn = sqlite3.connect(_home / "state.db")
+    assert conn.execute(inline).fetchone() == ("You are Hermes. 你好。",)
+    conn.close()
+
+
+def test_disable_leaves_an_upstream_file_alone(env, _home):
+    shutil.copyfile(FIXTURES / "upstream-0.19.0-v22.db", _home / "state.db")
+    before = (_home / "state.db").read_bytes()
+    off = store_cli("--json", "agent", "disable", "--python", env.python)
+    assert off.returncode == 0 and json.loads(off.stdout)["prompts"] is None
+    assert (_home / "state.db").read_bytes() == before

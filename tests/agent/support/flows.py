@@ -10,10 +10,11 @@ gateway's session store and slash commands, the API server adapter on a loopback
 the dashboard's FastAPI app, ACP's session manager). No model: turns go to the test's
 loopback stub (the base URL in ``$HERMES_HOME/config.yaml``).
 
-    python flows.py GROUP [GROUP …] > results.json
+    python flows.py RESULTS.json GROUP [GROUP …]
 
-prints ``{flow name: raw result}``; the tests normalise and compare. A flow that raises
-records its traceback instead of stopping the others.
+writes ``{flow name: raw result}`` to RESULTS.json (not stdout: the agent's code prints
+there); the tests normalise and compare. A flow that raises records its traceback
+instead of stopping the others.
 """
 
 from __future__ import annotations
@@ -268,17 +269,30 @@ def dashboard(out):
 
 @group("gateway")
 def acp_sessions(out):
+    from types import SimpleNamespace
+
     from acp_adapter.session import SessionManager
 
-    manager = SessionManager()
+    # The manager's own hook for an AIAgent-like object: what it persists and restores
+    # is the session and its history, not the agent (a real one would cost a model
+    # client and every tool's import here).
+    def agent():
+        return SimpleNamespace(model="stub-model", provider="custom", api_mode="chat_completions",
+                               base_url="http://127.0.0.1:9/v1")
+
+    manager = SessionManager(agent_factory=agent)
     state = manager.create_session(cwd="/work/acp-demo")
+    state.history.extend([{"role": "user", "content": "ACP 会话：列出文件"},
+                          {"role": "assistant", "content": "Listed 3 files."}])
     manager.save_session(state.session_id)
-    again = SessionManager()  # a new process's view: restored from the store
+    again = SessionManager(agent_factory=agent)  # a new process's view: restored from the store
     restored = again.get_session(state.session_id)
     out["acp restored"] = restored is not None and restored.cwd == "/work/acp-demo"
-    out["acp listed"] = [s for s in (d.get("cwd") for d in again.list_sessions()) if s]
+    out["acp restored history"] = [(m.get("role"), m.get("content")) for m in restored.history] if restored else None
+    out["acp listed"] = [{k: v for k, v in d.items() if k in ("cwd", "title", "model")}
+                         for d in again.list_sessions()]
     out["acp db row"] = {k: v for k, v in (db().get_session(state.session_id) or {}).items()
-                         if k in ("source", "cwd")}
+                         if k in ("source", "model", "message_count")}
 
 
 # --------------------------------------------------------------------------- writes
@@ -305,16 +319,18 @@ def turns(out):
 
 @group("cron")
 def cron(out):
-    made = cli("cron", "create", "every 1h", "Summarise yesterday's sessions", "--name", "digest",
-               "--deliver", "local")
-    out["cron create"] = made
-    listed = cli("cron", "list")
-    out["cron list"] = listed
-    job = json.loads((Path(os.environ["HERMES_HOME"]) / "cron" / "jobs.json").read_text())
-    jobs = job.get("jobs", job) if isinstance(job, dict) else job
-    job_id = jobs[0]["id"]
-    out["cron run"] = cli("cron", "run", job_id)
+    out["cron create"] = cli("cron", "create", "every 1h", "Summarise yesterday's sessions",
+                             "--name", "digest", "--deliver", "local")
+    out["cron list"] = cli("cron", "list")
+    # An hour later: the job is due, and the tick runs it (an agent turn on the stub).
+    jobs_file = Path(os.environ["HERMES_HOME"]) / "cron" / "jobs.json"
+    jobs = json.loads(jobs_file.read_text())
+    for job in jobs["jobs"]:
+        job["next_run_at"] = "2000-01-01T00:00:00+00:00"
+    jobs_file.write_text(json.dumps(jobs, indent=2))
     out["cron tick"] = cli("cron", "tick")
+    out["cron runs"] = [{k: j.get(k) for k in ("name", "last_status", "last_error")}
+                        for j in json.loads(jobs_file.read_text())["jobs"]]
 
 
 @group("final")
@@ -326,6 +342,7 @@ def final(out):
 def main(argv) -> int:
     import time
 
+    target, argv = Path(argv[0]), argv[1:]
     results: dict = {}
     timings: dict = {}
     for name in argv or list(GROUPS):
@@ -337,7 +354,7 @@ def main(argv) -> int:
                 results[f"{fn.__name__} FAILED"] = traceback.format_exc()
             timings[fn.__name__] = round(time.perf_counter() - t0, 2)
     results["_seconds"] = timings
-    json.dump(results, sys.stdout, ensure_ascii=False, default=str)
+    target.write_text(json.dumps(results, ensure_ascii=False, default=str))
     return 0
 
 
