@@ -23,7 +23,8 @@ inside quotes is ever taken for a placeholder or a keyword) and answers:
 
   and a construct whose PostgreSQL reading would give another answer without an error
   (SQLite's ``LIKE`` ignores ASCII case, ``GLOB``, ``rowid``, SQLite's date and JSON
-  functions, ``INSERT OR …``, two-argument ``max``/``min`` …) raises
+  functions, ``INSERT OR …``, two-argument ``max``/``min``, a division where ``sum()``
+  of integers is ``numeric`` …) raises
   ``UnsupportedStatementError`` naming it. Result values are mended in ``raw``:
   ``numeric`` from ``sum`` of integers comes back as ``int``, booleans as 0/1.
 
@@ -395,6 +396,12 @@ def for_postgresql(sql: str, with_params: bool) -> str:
     for t in tokens:
         if t.kind == "param" and t.text != "?" and t.text[0] != ":":
             raise _unsupported(f"the placeholder {t.text} (use ? or :name)")
+    if any(t.kind == "op" and t.text == "/" for t in tokens) and any(
+            t.upper == "SUM" and (j := _next_code(tokens, i)) is not None and tokens[j].text == "("
+            for i, t in enumerate(tokens)):
+        # sum() of integers is numeric on PostgreSQL: a division by it would keep the
+        # fraction that SQLite's integer division drops (7 / 2: 3.5 instead of 3)
+        raise _unsupported("a division in a statement with sum()")
     tokens = _nulls_as_sqlite(_rewrite_functions(tokens))
     parts = []
     for t in tokens:

@@ -233,7 +233,8 @@ def test_constructs_postgresql_cannot_answer_are_named(pg_url):
                        ("SELECT rowid FROM sessions", "rowid"),
                        ("SELECT max(input_tokens, output_tokens) FROM sessions", "max("),
                        ("SELECT name FROM sqlite_master", "sqlite_master"),
-                       ("SELECT group_concat(id) FROM sessions", "group_concat()")]:
+                       ("SELECT group_concat(id) FROM sessions", "group_concat()"),
+                       ("SELECT SUM(input_tokens) / COUNT(*) FROM sessions", "division")]:
         params = ("x",) * sql.count("?")
         with pytest.raises(sqlite3.NotSupportedError) as caught:
             db._conn.execute(sql, params)
