@@ -194,7 +194,12 @@ def norm_text(text: str, literal: tuple = ()) -> str:
         text = text.replace(found, repl)
     for pattern, repl in _VOLATILE_TEXT:
         text = pattern.sub(repl, text)
+    # a masked value's width varied ("just now", "12m ago"): so did the padding after it
+    text = _PADDED.sub(r"\1 ", text)
     return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+_PADDED = re.compile(r"(<ago>|<size>|<date>|<time>|<duration>|<ts>) {2,}")
 
 
 def normalise(value, root: str | Path | None = None, keys=VOLATILE_KEYS):
