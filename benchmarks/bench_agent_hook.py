@@ -23,6 +23,9 @@ neighbours (the wall time is recorded beside it):
 * a process importing ~50 standard-library modules (``json``, ``asyncio``, ``email``,
   ``http.client``, ``sqlite3``, …) — several hundred imports, each of which asks the
   trampoline first;
+* ``site.main()`` timed inside a ``python -S`` child: the part of start-up that reads
+  site-packages and runs its ``.pth`` lines, where the hook runs (the least noisy
+  whole-process figure);
 * in one process, the parts on their own: running the hook's line (what ``site`` does
   at start-up) and one call of the trampoline for a name that is not ``hermes_state``
   (what every import pays), each the median of many runs.
@@ -114,6 +117,16 @@ print(statistics.median(runs), statistics.median(calls))
 """
 
 
+_SITE_MAIN = ("import time; t0 = time.perf_counter(); import site; site.main(); "
+              "print(time.perf_counter() - t0)")
+
+
+def _site_main(python: Path) -> float:
+    run = subprocess.run([str(python), "-S", "-c", _SITE_MAIN], capture_output=True, text=True,
+                         check=True)
+    return float(run.stdout)
+
+
 def _count_imports(python: Path) -> int:
     run = subprocess.run([str(python), "-X", "importtime", "-c", HEAVY], capture_output=True,
                          text=True, check=True)
@@ -153,6 +166,19 @@ def run(args, report) -> None:
         report.note(f"{case}: CPU hook on {cpu['on']:.2f} ms, off {cpu['off']:.2f} ms, "
                     f"difference {delta:+.3f} ms, ratio {cpu['on'] / cpu['off']:.3f}; wall "
                     f"{wall['on']:.1f} vs {wall['off']:.1f} ms")
+    log(args, f"site.main(): {args.rounds} rounds × {RUNS_PER_ROUND} runs per side")
+    times = {"on": [], "off": []}
+    for r in range(args.rounds):
+        for i in range(RUNS_PER_ROUND):
+            for name in (("on", "off") if (r + i) % 2 else ("off", "on")):
+                times[name].append(_site_main(on if name == "on" else off))
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    delta = med["on"] - med["off"]
+    report.add(NAME, "site.main() in a python -S child (site-packages and its .pth lines)",
+               "median", "ms", med["on"], None, med["off"], target=f"on − off ≤ {TARGET_MS:g} ms",
+               met=delta <= TARGET_MS, delta_ms=delta, runs=len(times["on"]))
+    report.note(f"site.main(): hook on {med['on']:.3f} ms, off {med['off']:.3f} ms, "
+                f"difference {delta:+.3f} ms")
     hook = next(iter(switch.probe(on).hooks))
     run = subprocess.run([sys.executable, "-c", _IN_PROCESS, str(Path(hook) / switch.HOOK_FILE)],
                          capture_output=True, text=True, check=True)

@@ -45,7 +45,8 @@ from agent_support import (
     write_model_config,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# The PostgreSQL side needs the suite's server (requested inside the shared fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(1800)]
 
 SIDES = ("ours", "upstream", "postgresql")
 GROUPS = ("reads", "doctor", "gateway", "writes", "turns", "cron", "final")
@@ -62,51 +63,77 @@ def _side_results(venv, side: str, home: Path, stub, url: str | None) -> dict:
     return data
 
 
-@pytest.fixture(scope="module")
-def populated(tmp_path_factory):
-    venv = require_agent_venv()
-    base = tmp_path_factory.mktemp("agent-base") / "hermes"
-    base.mkdir()
+def _shared_dir(tmp_path_factory) -> Path:
+    """One folder for the whole run: under xdist every worker that gets a test of this
+    module would otherwise run all the flows again (the recipe of pytest-xdist's docs:
+    the base temp folder's parent is shared by the workers)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / "agent-flows"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _populate(venv, folder: Path) -> Path:
+    base = folder / "base" / "hermes"
+    base.mkdir(parents=True)
     run = run_agent_python(venv, SUPPORT / "populate.py", env=agent_env(base, upstream=True))
     assert run.returncode == 0, run.stderr
-    return venv, base
+    return base
 
 
-@pytest.fixture(scope="module")
-def pg_database(pg_server, populated, tmp_path_factory):
+def _pg_copy(pg_server, base: Path, folder: Path) -> tuple[str, str]:
     """A database of the suite's server holding a copy of the populated file."""
-    _venv, base = populated
-    staged = tmp_path_factory.mktemp("agent-pg-copy") / "state.db"
+    staged = folder / "pg-copy.db"
     shutil.copyfile(base / "state.db", staged)
     store_cli("--db", staged, "db", "upgrade", check=True)
     name = pg_server.new_name("agent")
     url = pg_server.create_database(name)
     store_cli("db", "copy", staged, url, check=True)
-    yield url
-    pg_server.drop_database(name)
+    return name, url
 
 
-@pytest.fixture(scope="module")
-def runs(populated, pg_database, tmp_path_factory):
-    venv, base = populated
+def _run_all_sides(request, venv, folder: Path) -> dict:
+    base = _populate(venv, folder)
+    pg_server = request.getfixturevalue("pg_server")
+    name, url = _pg_copy(pg_server, base, folder)
     homes = {}
     for side in SIDES:
-        home = tmp_path_factory.mktemp(f"agent-{side}") / "hermes"
+        home = folder / side / "hermes"
         shutil.copytree(base, home)
         if side == "postgresql":
             (home / "state.db").unlink()
-        homes[side] = home
-    with stub_model.StubModel() as stub, ThreadPoolExecutor(len(SIDES)) as pool:
-        futures = {side: pool.submit(_side_results, venv, side, homes[side], stub,
-                                     pg_database if side == "postgresql" else None)
-                   for side in SIDES}
-        results = {side: f.result() for side, f in futures.items()}
-        requests = {side: stub.lane(side) for side in SIDES}
-    # Kept beside the homes, for reading a failure: every side's raw results.
-    (tmp_path_factory.getbasetemp() / "agent-flows.json").write_text(
-        json.dumps({"results": results, "requests": requests}, ensure_ascii=False, indent=1))
-    return {"results": results, "requests": requests, "homes": homes, "url": pg_database,
-            "venv": venv}
+        homes[side] = str(home)
+    try:
+        with stub_model.StubModel() as stub, ThreadPoolExecutor(len(SIDES)) as pool:
+            futures = {side: pool.submit(_side_results, venv, side, Path(homes[side]), stub,
+                                         url if side == "postgresql" else None)
+                       for side in SIDES}
+            results = {side: f.result() for side, f in futures.items()}
+            requests = {side: stub.lane(side) for side in SIDES}
+    finally:
+        pg_server.drop_database(name)
+    return {"results": results, "requests": requests, "homes": homes}
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    """Every side's results, computed once per test run (whichever worker comes first,
+    the others wait on the lock and read them), kept as ``agent-flows/runs.json``."""
+    import fcntl
+
+    venv = require_agent_venv()
+    folder = _shared_dir(tmp_path_factory)
+    done = folder / "runs.json"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            done.write_text(json.dumps(_run_all_sides(request, venv, folder),
+                                       ensure_ascii=False, indent=1))
+    data = json.loads(done.read_text())
+    data["homes"] = {side: Path(home) for side, home in data["homes"].items()}
+    data["venv"] = venv
+    return data
 
 
 def _failures(data: dict) -> list[str]:
@@ -285,7 +312,7 @@ def switched_back(runs, tmp_path_factory):
     0.19.0 as after `hermes-store agent disable`: its export, then its own writes."""
     venv = runs["venv"]
     home = tmp_path_factory.mktemp("agent-back") / "hermes"
-    shutil.copytree(runs["homes"]["ours"], home)
+    shutil.copytree(runs["homes"]["ours"], home, ignore=shutil.ignore_patterns("*.lock"))
     up = agent_env(home, upstream=True)
     export = subprocess.run([str(venv.hermes), "sessions", "export", "-"], capture_output=True,
                             text=True, env=up, cwd=home, timeout=600)
