@@ -172,7 +172,8 @@ def shlex_quote(text: str) -> str:
 def probe(python: str | os.PathLike | None = None) -> Environment:
     """Run the environment's interpreter once and read what it reports."""
     given = str(python) if python is not None else sys.executable
-    exe = shutil.which(given) if os.sep not in given else given
+    # absolute (the probe runs from "/"), never resolved: a venv's python is a symlink
+    exe = shutil.which(given) if os.sep not in given else os.path.abspath(given)
     if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         raise InterpreterError(f"--python {given}: no such executable")
     env = {k: v for k, v in os.environ.items() if k != OPT_OUT}

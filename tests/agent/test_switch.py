@@ -294,3 +294,10 @@ def test_disable_leaves_an_upstream_file_alone(env, _home):
     off = store_cli("--json", "agent", "disable", "--python", env.python)
     assert off.returncode == 0 and json.loads(off.stdout)["prompts"] is None
     assert (_home / "state.db").read_bytes() == before
+
+
+def test_a_relative_interpreter_path(env, monkeypatch):
+    monkeypatch.chdir(env.root)
+    run = store_cli("agent", "enable", "--python", "bin/python")
+    assert run.returncode == 0, run.stderr
+    assert (env.site / HOOK_FILE).is_file()
