@@ -397,14 +397,25 @@ def agent_store(environ=os.environ) -> dict:
     info.update(store=target.display, backend=target.backend,
                 source=source or f"no {URL_ENV}: the file in HERMES_HOME")
     try:
-        from ..cli.maintenance import store_status
-
-        found = store_status(target)
-        info.update(exists=found["exists"], revision=found["revision"],
-                    head=found["head"], at_head=found["at_head"])
-    except Exception as exc:
+        info.update(_where_it_stands(target))
+    except Exception as exc:  # a server that cannot be reached, a damaged file: say so
         info.update(exists=None, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     return info
+
+
+def _where_it_stands(target) -> dict:
+    """Whether the store exists and its revision against head, read without writing (the
+    backend's migration state; a database the server does not have is missing)."""
+    from .. import backends, errors, migrate
+
+    head = migrate.head()
+    try:
+        found = backends.of(target).migrations.state(target)
+    except errors.StoreNotFoundError:
+        return {"exists": False, "revision": None, "head": head, "at_head": False}
+    exists = found.kind != "missing"
+    return {"exists": exists, "revision": found.revision, "head": head,
+            "at_head": exists and found.revision == head}
 
 
 def status(python: str | os.PathLike | None = None, environ=os.environ) -> dict:
