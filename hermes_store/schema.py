@@ -325,8 +325,23 @@ delivery_obligations = sa.Table(
 
 
 def _partial(where) -> dict:
-    """Dialect kwargs for a partial index (same predicate on SQLite and PostgreSQL)."""
-    return {"sqlite_where": where, "postgresql_where": where}
+    """A partial index's predicate, written once as SQLite's dialect option. Every
+    other engine's backend gives its indexes the same predicate when it loads
+    (:func:`partial_predicates`): a ``postgresql_where`` here would load SQLAlchemy's
+    PostgreSQL dialect in every process, SQLite's included (its argument check imports
+    the dialect: ~25 ms and ~6,000 objects of a cold start)."""
+    return {"sqlite_where": where}
+
+
+def partial_predicates(metadata: sa.MetaData) -> list[tuple[sa.Index, sa.ColumnElement]]:
+    """(index, predicate) of every partial index of ``metadata``."""
+    found = []
+    for table in metadata.tables.values():
+        for index in table.indexes:
+            where = index.dialect_options["sqlite"]["where"]
+            if where is not None:
+                found.append((index, where))
+    return found
 
 
 _s, _m = sessions.c, messages.c

@@ -274,6 +274,9 @@ class SearchRoute:
     keeps_present_indexes = False
     #: a best-first page's LIMIT is written into the statement (else bound)
     page_size_in_sql = False
+    #: each hit's neighbours are LATERAL subqueries of their rows (else a probe for the
+    #: id, then the row by its key: SQLite has no LATERAL)
+    lateral_context = False
 
     def search_layer_missing(self, exc: BaseException) -> bool:
         return False
@@ -299,7 +302,9 @@ class SearchRoute:
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         return None
 
-    def text_snippet(self, expression: str, content: Any, tool_name: Any) -> str:
+    def text_snippet(self, index: str, expression: str, row: dict) -> str:
+        """The snippet of a result row (its ``content``, ``role``, ``tool_name`` and,
+        where ``snippet`` is None, ``tool_calls``) for ``index``'s route."""
         raise NotImplementedError
 
 
@@ -331,6 +336,12 @@ class Migrations:
 
     #: the first revision a database of this engine runs (None: the chain's base)
     baseline: str | None = None
+
+    def first_step(self, revision: str) -> str | None:
+        """The first revision a new (empty) database runs on its way to ``revision``
+        (None: the chain's base): the baseline, unless the engine creates a new
+        database at ``revision`` in one step."""
+        return self.baseline
 
     def state(self, target: "Target") -> StoreState:
         raise NotImplementedError

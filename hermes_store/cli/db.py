@@ -39,14 +39,14 @@ def upgrade_command(
     db = state(ctx).target
     before = probe(db)
     steps = [rev for rev, _ in migrate.history()]
+    target = migrate.head() if revision == "head" else revision
     if before.revision in steps:
         start = steps.index(before.revision) + 1
-    else:  # a new store: every revision, or from the engine's baseline (one step)
+    else:  # a new store: from its first step (head in one, a baseline), else every revision
         from .. import backends
 
-        baseline = backends.of(db).migrations.baseline
-        start = 0 if baseline is None else steps.index(baseline)
-    target = migrate.head() if revision == "head" else revision
+        first = backends.of(db).migrations.first_step(revision)
+        start = 0 if first is None else steps.index(first)
     total = steps.index(target) + 1 - start if target in steps else None
     with o.progress("Upgrading", total if total and total > 0 else None) as advance:
         done = [0]

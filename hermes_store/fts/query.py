@@ -76,31 +76,48 @@ def count_cjk(text: str) -> int:
 
 # --------------------------------------------------------------------------- sanitizer
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+class _Pattern:
+    """A regular expression compiled on first use: compiling the sanitizer's dozen
+    patterns was a tenth of what the store adds to a cold start, which never searches."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, *args) -> None:
+        self._args = args
+        self._compiled = None
+
+    def __getattr__(self, name: str):
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(*self._args)
+        return getattr(compiled, name)
+
+
+_SURROGATE = _Pattern("[\ud800-\udfff]")
 # ASCII controls other than FTS5's whitespace (\t \n \r) are syntax errors even inside
 # a string; they never carry meaning in a search. (NUL never gets here: the query is
 # cut at the first one.)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+_CONTROL = _Pattern(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 # Outside a string FTS5 accepts only barewords (ASCII letters, digits, "_", non-ASCII),
 # whitespace and its operators. Every other ASCII punctuation mark is replaced by a
 # space, except "*" (prefix queries), "." "-" "_" (word chains, quoted below) and "%"
 # (kept for CJK queries, whose LIKE route escapes it).
 _PUNCTUATION = "!\"#$&'()+,/:;<=>?@[\\]^`{|}~"
-_PUNCT_RE = re.compile("[" + re.escape(_PUNCTUATION) + "]")
-_PUNCT_PERCENT_RE = re.compile("[" + re.escape(_PUNCTUATION + "%") + "]")
-_STRING = re.compile(r'"([^"]*(?:""[^"]*)*)"')
+_PUNCT_RE = _Pattern("[" + re.escape(_PUNCTUATION) + "]")
+_PUNCT_PERCENT_RE = _Pattern("[" + re.escape(_PUNCTUATION + "%") + "]")
+_STRING = _Pattern(r'"([^"]*(?:""[^"]*)*)"')
 _PLACEHOLDER = "\x00{}\x00"  # NUL cannot survive _CONTROL, so it cannot be forged
-_PLACEHOLDER_RE = re.compile("\x00(\\d+)\x00")
-_STAR_RUN = re.compile(r"\*+")
-_LEADING_STAR = re.compile(r"(^|\s)\*")
-_LEADING_OP = re.compile(r"(?i)^(AND|OR|NOT)\b\s*")
-_TRAILING_OP = re.compile(r"(?i)\s+(AND|OR|NOT)\s*$")
+_PLACEHOLDER_RE = _Pattern("\x00(\\d+)\x00")
+_STAR_RUN = _Pattern(r"\*+")
+_LEADING_STAR = _Pattern(r"(^|\s)\*")
+_LEADING_OP = _Pattern(r"(?i)^(AND|OR|NOT)\b\s*")
+_TRAILING_OP = _Pattern(r"(?i)\s+(AND|OR|NOT)\s*$")
 # "chat-send", "P2.2", "my-app.config.ts", "snake_case_name": the unicode61 tokenizer
 # would split them, so they become phrases.
-_WORD_CHAIN = re.compile(r"\b(\w+(?:[._-]\w+)+)\b")
+_WORD_CHAIN = _Pattern(r"\b(\w+(?:[._-]\w+)+)\b")
 
 # Lexer over a sanitized query (the FTS5 token classes we can still meet).
-_LEX = re.compile(
+_LEX = _Pattern(
     r'(?P<string>"[^"]*(?:""[^"]*)*")'
     # Unicode spaces (U+3000, NBSP, ...) are bareword characters to FTS5, but str.strip()
     # removes them at the ends, so they must not count as a term here

@@ -7,6 +7,7 @@ other programs are not trusted to form a tree.
 
 from __future__ import annotations
 
+import functools
 import re
 from functools import lru_cache
 from typing import Any
@@ -61,7 +62,7 @@ def preview_source_of(s) -> sa.ColumnElement:
 
 def rich_columns(s, *, compact: bool = False) -> list:
     if s is S:
-        return _RICH_COLUMNS[compact]
+        return _rich_columns_of_sessions(compact)
     return _build_rich_columns(s, compact)
 
 
@@ -75,8 +76,11 @@ def _build_rich_columns(s, compact: bool) -> list:
 
 # Statements are built once, with bind parameters, and reused: building a select of
 # the 60-column ``sessions`` table (or an alias of it) costs far more than running
-# it, and a listing runs several per compression root.
-_RICH_COLUMNS = {compact: _build_rich_columns(S, compact) for compact in (False, True)}
+# it, and a listing runs several per compression root. Built on first use, not at
+# import: a process that never lists sessions (every cold start) does not pay for them.
+@functools.cache
+def _rich_columns_of_sessions(compact: bool) -> list:
+    return _build_rich_columns(S, compact)
 
 
 
@@ -103,12 +107,15 @@ def _build_tip_step() -> sa.Select:
     )
 
 
-_TIP_STEP = Prebuilt(_build_tip_step())
+@functools.cache
+def _tip_step() -> Prebuilt:
+    return Prebuilt(_build_tip_step())
 
-_RICH_ROW = {
-    compact: Prebuilt(sa.select(*_RICH_COLUMNS[compact]).where(S.c.id == sa.bindparam("sid")))
-    for compact in (False, True)
-}
+
+@functools.cache
+def _rich_row(compact: bool) -> Prebuilt:
+    return Prebuilt(sa.select(*_rich_columns_of_sessions(compact))
+                    .where(S.c.id == sa.bindparam("sid")))
 
 _LINEAGE_NODE_COLUMNS = (S.c.id, S.c.parent_session_id, S.c.end_reason,
                          kinds.branched_from(S).label("branched_from"))
@@ -270,7 +277,7 @@ def _walk_to_tip(conn: sa.Connection, session_id: str) -> str:
     """Follow compression continuations from ``session_id`` to the last one."""
     current, seen = session_id, {session_id}
     for _ in range(MAX_HOPS):
-        steps = _TIP_STEP.rows(conn, {"current": current})
+        steps = _tip_step().rows(conn, {"current": current})
         if not steps or steps[0][0] in seen:
             break
         step_id, step_end_reason = steps[0]
@@ -453,7 +460,7 @@ class LineageMixin(RepositoryBase):
         tip_id = _walk_to_tip(conn, row["id"])
         if tip_id == row["id"]:
             return row
-        statement = _RICH_ROW[compact]
+        statement = _rich_row(compact)
         tips = statement.rows(conn, {"sid": tip_id})
         if not tips:
             return row

@@ -101,6 +101,41 @@ def _with_neighbours(from_clause):
             .outerjoin(_NEXT, _NEXT.c.id == _NEXT_ID))
 
 
+def _neighbour_row(before: bool) -> sa.Lateral:
+    """The message just before (after) the hit, as a LATERAL subquery of its role and
+    content: one index probe per neighbour, where ``_with_neighbours`` probes for the
+    id and then reads the row by its key."""
+    probe = M.alias("probe")
+    position = sa.tuple_(probe.c.timestamp, probe.c.id)
+    hit = sa.tuple_(M.c.timestamp, M.c.id)
+    if before:
+        nearer, order = position < hit, (probe.c.timestamp.desc(), probe.c.id.desc())
+    else:
+        nearer, order = position > hit, (probe.c.timestamp.asc(), probe.c.id.asc())
+    return (sa.select(probe.c.role, probe.c.content)
+            .where(probe.c.session_id == M.c.session_id, nearer)
+            .order_by(*order).limit(1).lateral("prev_message" if before else "next_message"))
+
+
+@functools.cache
+def _lateral_context():
+    """The LATERAL neighbours' columns and the join that brings them (built on first use:
+    only an engine with LATERAL asks, and a cold start need not pay for them)."""
+    before, after = _neighbour_row(True), _neighbour_row(False)
+    columns = (before.c.role.label("prev_role"), before.c.content.label("prev_content"),
+               after.c.role.label("next_role"), after.c.content.label("next_content"))
+    return columns, lambda from_clause: (
+        from_clause.outerjoin(before, sa.true()).outerjoin(after, sa.true()))
+
+
+def _context(sql: fq.Fts5Search):
+    """(the context columns, the join that brings them) for the engine: LATERAL where
+    it has it (``sql.lateral_context``), else the probe-for-id joins."""
+    if not sql.lateral_context:
+        return _CONTEXT_COLUMNS, _with_neighbours
+    return _lateral_context()
+
+
 def _normalized_sort(sort: Any) -> str | None:
     if isinstance(sort, str) and sort.strip().lower() in ("newest", "oldest"):
         return sort.strip().lower()
@@ -193,9 +228,13 @@ def _matches(sql: fq.Fts5Search, index: str):
     return sql.source(index, M).join(S, S.c.id == M.c.session_id)
 
 
-def _snippet(sql: fq.Fts5Search, index: str, form) -> sa.ColumnElement:
-    written = sql.snippet(index, M, form)  # None: cut in Python (_with_snippets)
-    return (written if written is not None else sa.null()).label("snippet")
+def _snippet(sql: fq.Fts5Search, index: str, form) -> tuple[sa.ColumnElement, ...]:
+    """The snippet column; where it is cut in Python (``_with_snippets``), NULL and the
+    indexed column the row does not carry otherwise (its tool calls)."""
+    written = sql.snippet(index, M, form)
+    if written is not None:
+        return (written.label("snippet"),)
+    return (sa.null().label("snippet"), M.c.tool_calls)
 
 
 #: bound of each statement cache below (shapes × filter lengths × page lengths)
@@ -221,7 +260,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
     statement rather than bound: see ``_page_size``.
     """
     rank = sql.rank(index, M, form)
-    columns = (*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
+    columns = (*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
     if not sql.page_first:
         return Prebuilt(_page(
             sa.select(*columns, rank.label("rank"))
@@ -240,10 +279,12 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
         .order_by(*sql.best_first(index, M, form)),
         shape, page_size,
     ).subquery("page")
+    context, joined = _context(sql)
+    columns = (*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *context)
     return Prebuilt(
         sa.select(*columns, page.c.page_rank.label("rank"))
-        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
-                                      .join(S, S.c.id == M.c.session_id)))
+        .select_from(joined(page.join(M, M.c.id == page.c.page_id)
+                            .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_rank, page.c.page_id)
     )
 
@@ -294,11 +335,11 @@ def _by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape,
         .order_by(M.c.timestamp.desc() if newest else M.c.timestamp.asc(), rank, M.c.id),
         shape, page_size,
     ).subquery("page")
+    context, joined = _context(sql)
     return Prebuilt(
-        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
-                  *_CONTEXT_COLUMNS)
-        .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
-                                      .join(S, S.c.id == M.c.session_id)))
+        sa.select(*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *context)
+        .select_from(joined(page.join(M, M.c.id == page.c.page_id)
+                            .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_time.desc() if newest else page.c.page_time.asc(),
                   page.c.page_rank, page.c.page_id)
     )
@@ -312,7 +353,7 @@ def _page_ids(count: int) -> list[sa.BindParameter]:
 def _match_details(sql: fq.Fts5Search, index: str, form, count: int) -> Prebuilt:
     """Result rows (snippet, context) of the ``count`` matches with the given ids."""
     return Prebuilt(
-        sa.select(*_RESULT_COLUMNS, _snippet(sql, index, form), M.c.content,
+        sa.select(*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content,
                   *_CONTEXT_COLUMNS)
         .select_from(_with_neighbours(_matches(sql, index)))
         .where(sql.condition(index, M, form),
@@ -546,25 +587,26 @@ def _match_search(reads: LazyReads, sql: fq.Fts5Search, index: str, expression: 
     values = {**values, **bound}
     if sort is None:
         ranked = _ranked(sql, index, form, shape, _page_size(sql, shape, values))
-        rows = _with_snippets(sql, expression, _dicts(ranked, reads.rows(ranked, values)))
+        rows = _with_snippets(sql, index, expression, _dicts(ranked, reads.rows(ranked, values)))
         # ties in rank are ordered by id within the page, where it is free
         return sorted(rows, key=lambda row: (row["rank"], row["id"]))
     if sql.page_first:
         timed = _by_time(sql, index, form, sort, shape, _page_size(sql, shape, values))
-        return _with_snippets(sql, expression, _dicts(timed, reads.rows(timed, values)))
+        return _with_snippets(sql, index, expression, _dicts(timed, reads.rows(timed, values)))
     page = [row[0] for row in reads.rows(_ids_by_time(sql, index, form, sort, shape), values)]
     if not page:
         return []
     details = _match_details(sql, index, form, len(page))
-    return _in_page_order(page, _with_snippets(sql, expression, _dicts(details, reads.rows(
+    return _in_page_order(page, _with_snippets(sql, index, expression, _dicts(details, reads.rows(
         details, {**bound, **_numbered("page_id", page)}))))
 
 
-def _with_snippets(sql: fq.Fts5Search, expression: str, rows: list[dict]) -> list[dict]:
-    """Snippets the engine does not write in SQL (PostgreSQL's substring route)."""
+def _with_snippets(sql: fq.Fts5Search, index: str, expression: str,
+                   rows: list[dict]) -> list[dict]:
+    """Snippets the engine does not write in SQL (PostgreSQL's: ``text_snippet``)."""
     for row in rows:
         if row["snippet"] is None:
-            row["snippet"] = sql.text_snippet(expression, row["content"], row["tool_name"])
+            row["snippet"] = sql.text_snippet(index, expression, row)
     return rows
 
 

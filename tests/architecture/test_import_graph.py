@@ -26,6 +26,7 @@ LAYERS = [
     ("foundation", ["hermes_store.errors", "hermes_store.paths", "hermes_store.revisions",
                     "hermes_store.location", "hermes_store.schema", "hermes_store.telegram_schema",
                     "=hermes_store.fts", "hermes_store.fts.layout", "hermes_store.fts.query",
+                    "hermes_store.fts.snippet",
                     "hermes_store.startup",
                     "hermes_store.backends", "hermes_store.backends.base",
                     "=hermes_store.migrations", "=hermes_store.migrations.telegram_topics",

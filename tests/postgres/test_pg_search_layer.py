@@ -1,4 +1,4 @@
-"""The PostgreSQL search query layer (fts/query_pg.py) finds what FTS5 finds.
+"""The PostgreSQL search query layer (backends/postgresql/fts/search.py) finds what FTS5 finds.
 
 Rows are inserted directly into a SQLite head and a PostgreSQL head; each query is
 sanitized and routed once (fts/query.py, shared), then run on SQLite through FTS5 MATCH /
@@ -190,21 +190,59 @@ def test_nothing_searchable_gives_no_tsquery():
     assert pq.tsquery_text('"--"') is None
 
 
-def test_snippets_mark_the_matched_words(pg_store):
-    query = pq.tsquery(pq.tsquery_text(fq.sanitize_fts5_query("docker build")))
-    with pg_store.connect() as conn:
-        rows = conn.execute(sa.select(M.c.id, pq.snippet(M, query).label("snippet"),
-                                      pq.rank(M, query).label("rank"))
-                            .where(pq.matches(M, query)).order_by("rank", M.c.id)).all()
-    assert [r.id for r in rows] and all(">>>" in r.snippet and "<<<" in r.snippet for r in rows)
-    first = rows[0].snippet
-    assert ">>>docker<<<" in first.lower() and ">>>build<<<" in first.lower()
-    assert all(r.rank <= 0 for r in rows) and rows == sorted(rows, key=lambda r: (r.rank, r.id))
+def test_every_word_snippet_is_the_one_fts5_writes(sqlite_store, pg_store):
+    """PostgreSQL's word-route snippets (``word_snippet``, cut in Python from the row as
+    it comes back from the server) are SQLite's ``snippet()``, row for row."""
+    compared = []
+    with sqlite_store.connect() as lite, pg_store.connect() as pg:
+        for query in QUERIES:
+            plan = fq.plan_search(fq.sanitize_fts5_query(query), {fq.FTS_TABLE, fq.TRIGRAM_TABLE})
+            if plan is None or plan.route != fq.ROUTE_FTS:
+                continue
+            want = dict(lite.exec_driver_sql(
+                "SELECT rowid, snippet(messages_fts, -1, '>>>', '<<<', '...', 40) "
+                "FROM messages_fts WHERE messages_fts MATCH ?", (plan.match,)).all())
+            rows = pg.execute(sa.select(M.c.id, M.c.role, M.c.content, M.c.tool_name,
+                                        M.c.tool_calls).where(M.c.id.in_(list(want)))
+                              ).mappings().all()
+            assert {row["id"] for row in rows} == set(want), query
+            for row in rows:
+                got = pq.word_snippet(plan.match, dict(row))
+                assert got == want[row["id"]], (query, row["id"])
+                compared.append(got)
+    assert len(compared) >= 30 and sum(">>>" in s for s in compared) >= 30
 
 
-def test_a_snippet_reads_the_stored_text_back_unescaped(pg_store):
-    query = pq.tsquery(pq.tsquery_text("image"))
+def test_a_snippet_is_cut_from_the_stored_text_read_back_unescaped(pg_store):
     with pg_store.connect() as conn:
-        snippet = conn.execute(sa.select(pq.snippet(M, query)).select_from(M)
-                               .where(pq.matches(M, query))).scalar()
-    assert "\x00json:" in snippet and ">>>image<<<" in snippet
+        row = conn.execute(sa.select(M.c.role, M.c.content, M.c.tool_name, M.c.tool_calls)
+                           .where(M.c.content.contains("image"))).mappings().one()
+    assert row["content"].startswith("a\x00json:")  # the NUL codec undone
+    # as FTS5 writes it: the piece holding the NUL is cut there
+    assert pq.word_snippet("image", dict(row)) == 'a>>>image<<<"}]'
+    assert pq.word_snippet("text", dict(row)) == 'a>>>text<<<", ">>>text<<<": "docker image"}]'
+
+
+def _timeless(hit: dict) -> dict:
+    """A hit without its clock readings (each store stamped its own rows)."""
+    return {k: v for k, v in hit.items() if k not in ("timestamp", "session_started")}
+
+
+def test_search_answers_the_same_on_both_engines(tmp_path, pg_url):
+    """Through SessionDB: every hit of every query, snippet and context included, is the
+    same on both engines (order aside: the ranks differ)."""
+    from hermes_store import SessionDB
+
+    answers = []
+    for where in (tmp_path / "state.db", pg_url):
+        with SessionDB(where) as db:
+            for session_id, source, config in SESSIONS:
+                db.create_session(session_id, source, model_config=config)
+            for session_id, role, content, extra in ROWS:
+                db.append_message(session_id, role=role, content=content, **extra)
+            answers.append({query: {hit["id"]: _timeless(hit) for hit in
+                                    db.search_messages(query, limit=-1)} for query in QUERIES})
+    lite, pg = answers
+    assert sum(len(hits) for hits in lite.values()) >= 60
+    for query in QUERIES:
+        assert pg[query] == lite[query], query

@@ -5,6 +5,8 @@ Its modules, each about one thing:
     engine.py     the engine factory, pragmas, the begin hook, checkpoints, VACUUM
     errors.py     SQLite's result codes as the package's errors; what is "busy"
     files.py      a file before it is opened: symlinks, mode bits, the read-only probe
+    fileops.py    creating a file owner-only; the lock schema changes of a file take
+    create.py     a new file at head in one step (head_schema.py: the head's DDL, frozen)
     stamp.py      "is the file at head?" without Alembic
     fts/          the FTS5 layout (ddl), its MATCH route (search), its upkeep (maintenance)
     migrate/      adoption of upstream files, the revisions' env, drift, topic tables
@@ -76,13 +78,8 @@ class SQLiteBackend(Backend):
         from ...connections import HeldConnections
         from ...errors import SchemaOutOfDateError, StoreNotFoundError
         from .engine import create_engine
-        from .files import (
-            check_not_symlink,
-            create_private_file,
-            ensure_schema,
-            make_private,
-            upgrade_hint,
-        )
+        from .fileops import create_private_file
+        from .files import check_not_symlink, ensure_schema, make_private, upgrade_hint
         from .repair import probe_or_heal
 
         path = target.path
@@ -99,8 +96,14 @@ class SQLiteBackend(Backend):
         elif not read_only:
             make_private(path)
         probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
-        ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
-        engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout)
+        engine = None
+        if not read_only and auto_upgrade and path.stat().st_size == 0:
+            from .create import open_new  # a new store: the head schema in one step (D18)
+
+            engine = open_new(path, busy_timeout=retry.busy_timeout)
+        if engine is None:
+            ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
+            engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout)
         return OpenedStore(engine, path, HeldConnections(engine))
 
     def inspection_engine(self, target) -> sa.Engine:

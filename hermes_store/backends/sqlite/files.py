@@ -2,7 +2,8 @@
 
 Opening a file (``SQLiteBackend.open_store``) goes through these steps, in order: refuse
 a symlink planted at the path or a sidecar; create the folder and, for a new database,
-the file with mode 0600 (SQLite gives ``-wal``/``-shm`` the database file's mode); check
+the file with mode 0600 (``fileops.create_private_file``; SQLite gives ``-wal``/``-shm``
+the database file's mode); check
 through SQLite that the file is a readable database before any write
 (:func:`probe_database`); bring the schema to head (:func:`ensure_schema`), or refuse
 with the command to run.
@@ -39,16 +40,6 @@ def check_not_symlink(path: Path) -> None:
                 "open it, since writes would land wherever it points. Remove the link or "
                 "pass the real file's path."
             )
-
-
-def create_private_file(path: Path) -> None:
-    """Create an empty database file readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return  # created meanwhile by another process: use it as found
-    os.close(fd)
 
 
 def make_private(path: Path) -> None:
@@ -139,5 +130,5 @@ def probe_database(path: str | os.PathLike) -> None:
         conn.close()
 
 
-__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "create_private_file",
-           "ensure_schema", "make_private", "probe_database", "upgrade_hint"]
+__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "ensure_schema",
+           "make_private", "probe_database", "upgrade_hint"]

@@ -14,7 +14,7 @@ table, root page, SQL), so removing it changes nothing but the duplicate.
 
 Healing (``repair``), never while another process may be writing:
 
-1. take the migration lock (``migrate.inspect.migration_lock``): no migration or other repair of
+1. take the migration lock (``fileops.migration_lock``): no migration or other repair of
    this file runs meanwhile;
 2. take SQLite's EXCLUSIVE lock on one connection (``locking_mode=EXCLUSIVE`` +
    ``BEGIN EXCLUSIVE``). It is refused while any other connection — another process, or
@@ -222,7 +222,7 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
     ``StoreInUseError`` when another connection has the file open, and
     ``DatabaseDamagedError`` naming the backup when the healed file fails verification.
     """
-    from .migrate.inspect import migration_lock
+    from .fileops import migration_lock
 
     started = time.monotonic()
     p = Path(path).expanduser().absolute()

@@ -13,7 +13,10 @@ expressed in SQL:
     ``&``, ``OR`` becomes ``|``, FTS5's binary ``a NOT b`` becomes ``a & !b``, with FTS5's
     precedence (NOT, then AND, then OR). :func:`matches` is the ``@@`` condition on
     ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
-    ``rank``, lower is better; :func:`snippet` is ``ts_headline`` with ``>>>``/``<<<``.
+    ``rank``, lower is better; :func:`word_snippet` is FTS5's ``snippet()`` computed in
+    Python from the row (``fts.snippet``: the same tokens and phrases, the same text as
+    SQLite's; ``ts_headline`` cost the server ~0.03 ms a row and marked what *its*
+    parser saw: ``chat-send`` as two marks).
 ``ROUTE_TRIGRAM`` (substrings, CJK)
     ``PgSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
     of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
@@ -32,7 +35,8 @@ its backend for (``Backend.search``): the
 word route binds the tsquery text as one parameter; the trigram route's statement has
 one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
 and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Python
-(:func:`substring_snippet`): ``ts_headline`` marks words, not substrings.
+(:func:`substring_snippet`). Each hit's neighbours (the context) are LATERAL rows
+(``lateral_context``).
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ from ....fts.query import (
     SNIPPET_CLOSE,
     SNIPPET_ELLIPSIS,
     SNIPPET_OPEN,
-    SNIPPET_TOKENS,
     Term,
     query_terms,
 )
+from ....fts.snippet import Phrase
+from ....fts.snippet import snippet as snippet_text
 from ...base import SearchRoute
 from ..errors import sqlstate_of
 from .ddl import (
@@ -63,12 +68,6 @@ from .ddl import (
     TRIGRAM_SCOPE_COLUMN,
     TS_CONFIG,
     WORD_INDEX,
-)
-
-#: ``ts_headline`` options: the FTS5 snippet's marks and length (in words)
-HEADLINE_OPTIONS = (
-    f'StartSel="{SNIPPET_OPEN}", StopSel="{SNIPPET_CLOSE}", '
-    f"MaxWords={SNIPPET_TOKENS}, MinWords={SNIPPET_TOKENS // 2}, ShortWord=0"
 )
 
 # The sanitized FTS5 expression: "phrases" (with "" escapes) and barewords, either one
@@ -86,37 +85,46 @@ def _quoted(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _term(text: str, prefix: bool) -> str | None:
-    """One FTS5 term or phrase as tsquery text; None when it holds no word."""
-    lexemes = [_quoted(w) for w in _lexemes(text)]
-    if not lexemes:
-        return None
-    if prefix:
+def _term(text: str, prefix: bool) -> "Phrase | None":
+    """One FTS5 term or phrase as its words (as written: ``to_tsquery`` folds the case
+    itself); None when it holds no word."""
+    words = tuple(_lexemes(text))
+    return Phrase(words, prefix) if words else None
+
+
+def _rendered(phrase: Phrase) -> str:
+    """A phrase as tsquery text: its words joined by ``<->``, ``:*`` on a prefix."""
+    lexemes = [_quoted(w) for w in phrase.words]
+    if phrase.prefix:
         lexemes[-1] += ":*"
     return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
 
 
 @dataclass
 class _Operand:
-    """One OR-operand: terms AND-ed, each possibly negated (FTS5's binary NOT)."""
+    """One OR-operand: phrases AND-ed, each possibly negated (FTS5's binary NOT)."""
 
-    terms: list[tuple[bool, str]]
+    terms: list[tuple[bool, Phrase]]
+
+    @property
+    def matchable(self) -> bool:
+        return any(not negated for negated, _ in self.terms)  # else FTS5 matches nothing
 
     def render(self) -> str | None:
-        kept = [f"!{t}" if negated else t for negated, t in self.terms]
-        if not any(not negated for negated, _ in self.terms):
-            return None  # nothing positive to match: FTS5 matches nothing here either
+        if not self.matchable:
+            return None
+        kept = [f"!{_rendered(p)}" if negated else _rendered(p) for negated, p in self.terms]
         return "(" + " & ".join(kept) + ")"
 
 
-def tsquery_text(sanitized: str) -> str | None:
-    """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
-    searchable is left)."""
+def _operands(sanitized: str) -> list[_Operand]:
+    """The sanitized FTS5 expression as OR-operands of (negated, phrase), with FTS5's
+    precedence (NOT, then AND, then OR)."""
     operands: list[_Operand] = [_Operand([])]
     negate_next = False
     for m in _ITEM.finditer(sanitized):
         if m.group("string") is not None:
-            rendered = _term(m.group("string")[1:-1].replace('""', '"'), bool(m.group("sprefix")))
+            phrase = _term(m.group("string")[1:-1].replace('""', '"'), bool(m.group("sprefix")))
         elif m.group("word") is not None:
             word = m.group("word")
             if word in FTS_OPERATORS and not m.group("wprefix"):
@@ -126,14 +134,45 @@ def tsquery_text(sanitized: str) -> str | None:
                 elif word == "NOT":
                     negate_next = True
                 continue  # AND: the implicit conjunction
-            rendered = _term(word, bool(m.group("wprefix")))
+            phrase = _term(word, bool(m.group("wprefix")))
         else:
             continue  # a stray character the sanitizer left: no meaning in a tsquery
-        if rendered is not None:
-            operands[-1].terms.append((negate_next, rendered))
+        if phrase is not None:
+            operands[-1].terms.append((negate_next, phrase))
         negate_next = False
-    parts = [p for p in (o.render() for o in operands) if p is not None]
+    return operands
+
+
+def tsquery_text(sanitized: str) -> str | None:
+    """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
+    searchable is left)."""
+    parts = [p for p in (o.render() for o in _operands(sanitized)) if p is not None]
     return " | ".join(parts) if parts else None
+
+
+def snippet_query(sanitized: str) -> tuple[list[Phrase], list[list[tuple[int, bool]]]]:
+    """The query as ``fts.snippet`` takes it: every phrase (lower-cased, in the order
+    the expression names them) and the OR-operands as (phrase number, negated)."""
+    phrases: list[Phrase] = []
+    operands = []
+    for operand in _operands(sanitized):
+        numbered = []
+        for negated, phrase in operand.terms:
+            numbered.append((len(phrases), negated))
+            phrases.append(Phrase(tuple(w.lower() for w in phrase.words), phrase.prefix))
+        operands.append(numbered)
+    return phrases, operands
+
+
+def word_snippet(expression: str, row: dict) -> str:
+    """The word route's snippet as FTS5's ``snippet()`` writes it for the same row
+    (``fts.snippet``), from the indexed columns: the content (a tool row's first
+    ``TOOL_CONTENT_PREFIX_CHARS`` characters), the tool name, the tool calls."""
+    content = row["content"]
+    if row["role"] == "tool" and isinstance(content, str):
+        content = content[:TOOL_CONTENT_PREFIX_CHARS]
+    return snippet_text((content, row["tool_name"], row["tool_calls"]),
+                        *snippet_query(expression))
 
 
 # --------------------------------------------------------------------------- SQL pieces
@@ -159,34 +198,6 @@ def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElemen
 def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
     """Relevance with FTS5's sign: lower is better (``ORDER BY rank`` = best first)."""
     return -sa.func.ts_rank(document(messages), query, type_=sa.Float)
-
-
-def snippet(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[str]:
-    """Matched words in ``>>>…<<<`` from the indexed text (a tool row's indexed prefix),
-    about ``SNIPPET_TOKENS`` words long, with ``...`` where the text was cut (as FTS5's
-    ``snippet()``), for the row of ``messages`` the enclosing query reads.
-    ``ts_headline`` returns a stretch of the document verbatim, so comparing it without
-    its marks with the document's ends tells where it was cut; a scalar subquery runs
-    ``ts_headline`` once per row for that."""
-    m = messages.c
-    content = sa.case(
-        (m.role == "tool", sa.func.left(m.content, TOOL_CONTENT_PREFIX_CHARS)),
-        else_=m.content,
-    )
-    # the indexed columns that are not NULL, one space apart (no stray blanks)
-    text = sa.func.concat_ws(" ", content, m.tool_name, m.tool_calls, type_=sa.Text)
-    headline = sa.func.ts_headline(
-        sa.literal_column(f"'{TS_CONFIG}'::regconfig"), text, query, HEADLINE_OPTIONS,
-        type_=sa.Text,
-    ).table_valued("marked").render_derived(name="headline")
-    marked = headline.c.marked
-    plain = sa.func.replace(sa.func.replace(marked, SNIPPET_OPEN, ""), SNIPPET_CLOSE, "")
-    length = sa.func.length(plain)
-    lead = sa.case((sa.func.left(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
-    tail = sa.case((sa.func.right(text, length) == plain, ""), else_=SNIPPET_ELLIPSIS)
-    # the row is the enclosing query's: ``messages`` must be in its FROM
-    return (sa.select(sa.func.concat(lead, marked, tail, type_=sa.Text))
-            .correlate(messages).scalar_subquery())
 
 
 def _escape_like(text: str) -> str:
@@ -298,6 +309,9 @@ class PgSearch(SearchRoute):
     #: the page's LIMIT is written in, so the generic plan is kept
     #: (``repository.search._page_size``)
     page_size_in_sql = True
+    #: each hit's neighbours as LATERAL subqueries of their rows
+    #: (``repository.search._context``)
+    lateral_context = True
 
     def search_layer_missing(self, exc: BaseException) -> bool:
         """A search statement failed on a missing column, function or relation: the
@@ -360,28 +374,33 @@ class PgSearch(SearchRoute):
         return (messages.c.id + 0,)
 
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
-        return snippet(messages, self._tsquery()) if index == FTS_TABLE else None
+        # Both routes' snippets are cut in Python from the row (``text_snippet``); on
+        # the word route as FTS5's snippet() writes them (``ts_headline`` cost ~0.1 ms
+        # a row on the server, and marked the words its own parser found).
+        return None
 
-    def text_snippet(self, expression: str, content, tool_name) -> str:
+    def text_snippet(self, index: str, expression: str, row: dict) -> str:
+        if index == FTS_TABLE:
+            return word_snippet(expression, row)
         terms = [text for group in _trigram_groups(query_terms(expression))
                  for negated, text in group if not negated]
-        return substring_snippet((content, tool_name), terms)
+        return substring_snippet((row["content"], row["tool_name"]), terms)
 
 
 PG_SEARCH = PgSearch()
 
 
 __all__ = [
-    "HEADLINE_OPTIONS",
     "PG_SEARCH",
     "PgSearch",
     "available_indexes",
     "document",
     "matches",
     "rank",
-    "snippet",
+    "snippet_query",
     "substring_snippet",
     "trigram_document",
     "tsquery",
     "tsquery_text",
+    "word_snippet",
 ]

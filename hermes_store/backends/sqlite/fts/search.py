@@ -117,7 +117,7 @@ class Fts5Search(SearchRoute):
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         return snippet(index)
 
-    def text_snippet(self, expression: str, content: Any, tool_name: Any) -> str:
+    def text_snippet(self, index: str, expression: str, row: dict) -> str:
         raise NotImplementedError("FTS5 writes its snippets in SQL")  # pragma: no cover
 
 

@@ -32,6 +32,12 @@ def _file(target) -> Path:
 
 
 class SQLiteMigrations(Migrations):
+    def first_step(self, revision: str) -> str | None:
+        # a new file going to head gets the head schema in one step (``create``)
+        from ....migrate.scripts import head, is_at
+
+        return head() if is_at(head(), revision) else None
+
     def state(self, target) -> StoreState:
         return inspect_file(_file(target))
 

@@ -28,10 +28,10 @@ from ....migrate.scripts import head, read_only_command
 from ....migrate.topics import include_telegram_topics_name, write_telegram_topic_meta
 from ..engine import create_engine
 from ..errors import sqlite_errors
-from ..files import create_private_file
+from ..fileops import create_private_file, migration_lock
 from .adopt import adopt
 from .check import include_name
-from .inspect import inspect_file, migration_lock, verify_sound
+from .inspect import inspect_file, verify_sound
 from .topics import adopt_telegram_topics, require_head
 
 log = logging.getLogger("hermes_store.migrations")

@@ -3,17 +3,16 @@
 ``inspect_file(path)`` classifies a file (missing, empty, under Alembic, written by
 upstream Hermes) and refuses what must not be touched — not SQLite, damaged, from a
 newer version — with an error that says what to do, leaving it byte for byte as it was.
-``verify_sound`` runs ``quick_check`` before a migration rewrites a file;
-``migration_lock`` makes two processes migrating one file take turns.
+``verify_sound`` runs ``quick_check`` before a migration rewrites a file (the lock
+that makes two processes migrating one file take turns is ``fileops.migration_lock``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from alembic.script import ScriptDirectory
 
@@ -140,32 +139,4 @@ def _existing_parent(p: Path) -> Path:
     return p
 
 
-@contextlib.contextmanager
-def migration_lock(path: Path) -> Iterator[None]:
-    """Serialize migrations of one file across processes.
-
-    Alembic decides which steps to run from the version it read before the first
-    step's transaction, so two processes upgrading at once would both try to apply
-    the same step. An advisory lock on ``<db>.migrate.lock`` makes the second wait,
-    then find the work done. (The database file itself cannot be flock()ed safely:
-    closing any descriptor of it drops SQLite's own POSIX locks.)
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: SQLite's BEGIN IMMEDIATE is the only guard
-        yield
-        return
-    lock_path = Path(f"{path}.migrate.lock")
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:  # read-only directory: nothing will be written anyway
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-__all__ = ["classify", "inspect_file", "migration_lock", "too_new", "verify_sound"]
+__all__ = ["classify", "inspect_file", "too_new", "verify_sound"]

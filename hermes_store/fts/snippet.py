@@ -1,0 +1,242 @@
+"""FTS5's ``snippet()``, computed in Python from the row's indexed text.
+
+SQLite writes a search hit's snippet in SQL (``snippet(messages_fts, -1, '>>>', '<<<',
+'...', 40)``). An engine whose index cannot (PostgreSQL: ``ts_headline`` parses the
+whole text again on the server, ~0.1 ms a row, and marks the words *its* parser sees,
+not the index's) gets the same snippet here, from the same columns and the same
+phrases, by the same rules:
+
+* a document is split into tokens where the word index splits it: runs of letters and
+  digits (FTS5's ``unicode61``; the PostgreSQL layout splits the same way), compared
+  lower-cased;
+* a phrase instance is a run of tokens equal to the phrase's words (the last one a
+  prefix for ``term*``); overlapping or touching instances are marked as one
+  ``>>>…<<<``, so a phrase is marked whole (``>>>docker compose<<<``) as FTS5 marks it;
+* the column with the best window is chosen (content — a tool row's indexed prefix —,
+  tool name, tool calls), then a window of 40 tokens: scored by the instances it holds
+  (1,000 for each phrase's first, 1 for every other), centred on them, or started at
+  a sentence (after ``.`` or ``:``) for a bonus, as ``fts5SnippetFunction`` does;
+* the text runs from the window's first token to its last, with ``...`` where the
+  column goes on; a window at the column's start or end keeps the text before or after
+  (each piece cut at a NUL character, as FTS5's printf cuts it).
+
+``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
+``snippet()`` over generated rows and queries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .query import SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_OPEN, SNIPPET_TOKENS
+
+#: a token: a run of letters and digits (the word index's split), kept by ``split``
+_SPLIT = re.compile(r"([^\W_]+)")
+#: the same on (lower-cased) ASCII text, where it is several times faster
+_ASCII_SPLIT = re.compile(r"([a-z0-9]+)")
+#: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
+_SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """One phrase of a query: its words (lower-cased); ``prefix``: the last word is a
+    prefix (``term*``)."""
+
+    words: tuple[str, ...]
+    prefix: bool = False
+
+
+class _Column:
+    """One column's text split into tokens: ``tokens`` (lower-cased) and ``offsets``
+    (token ``i`` is ``text[offsets[2i + 1]:offsets[2i + 2]]``), by one ``re.split``."""
+
+    __slots__ = ("text", "tokens", "offsets")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        if text.isascii():  # lower() keeps every offset
+            pieces = _ASCII_SPLIT.split(text.lower())
+            self.tokens = pieces[1::2]
+        else:
+            pieces = _SPLIT.split(text)
+            self.tokens = [t.lower() for t in pieces[1::2]]
+        self.offsets = [0, *itertools.accumulate(map(len, pieces))]
+
+    def span(self, position: int) -> tuple[int, int]:
+        return self.offsets[2 * position + 1], self.offsets[2 * position + 2]
+
+    def sentences(self) -> list[int]:
+        """Token positions that start a sentence: the first, and any right after
+        ``.``/``:`` and blank space."""
+        starts = self.offsets[1:-1:2]  # each token's first character
+        found = [0]
+        for m in _SENTENCE_END.finditer(self.text):
+            at = bisect.bisect_left(starts, m.end())
+            if at < len(starts) and starts[at] == m.end() and at > 0:
+                found.append(at)
+        return found
+
+
+def _positions(tokens: list[str], word: str, prefix: bool) -> list[int]:
+    if prefix:
+        return [i for i, t in enumerate(tokens) if t.startswith(word)]
+    found, at, index = [], -1, tokens.index
+    try:
+        while True:  # list.index: the scan runs in C
+            at = index(word, at + 1)
+            found.append(at)
+    except ValueError:
+        return found
+
+
+def _instances(tokens: list[str], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
+    """(position, phrase number, length) of every phrase instance, by position."""
+    found = []
+    n = len(tokens)
+    for number, phrase in enumerate(phrases):
+        words, size = phrase.words, len(phrase.words)
+        if not size:
+            continue
+        if size == 1:
+            found += [(at, number, 1) for at in _positions(tokens, words[0], phrase.prefix)]
+            continue
+        middle, last = list(words[1:-1]), words[-1]
+        for at in _positions(tokens, words[0], False):
+            if at + size > n:
+                break
+            end = tokens[at + size - 1]
+            if tokens[at + 1:at + size - 1] == middle and (
+                    end.startswith(last) if phrase.prefix else end == last):
+                found.append((at, number, size))
+    found.sort()
+    return found
+
+
+def _score(instances, phrases: int, start: int, width: int, size: int):
+    """A window's score (1,000 per phrase seen first, 1 per repeat) and the start that
+    centres its instances (kept inside the column)."""
+    seen = [False] * phrases
+    score, first, last = 0, -1, 0
+    for at, number, length in instances:
+        if start <= at < start + width:
+            score += 1 if seen[number] else 1000
+            seen[number] = True
+            if first < 0:
+                first = at
+            last = at + length
+    spare = width - (last - first)
+    centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
+    if centred + width > size:
+        centred = size - width
+    return score, max(centred, 0)
+
+
+def _coalesced(instances) -> list[tuple[int, int]]:
+    """Instances as (first, last) token runs, overlapping ones merged."""
+    runs: list[list[int]] = []
+    for at, _, length in instances:
+        end = at + length - 1
+        if runs and at <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([at, end])
+    return [tuple(r) for r in runs]
+
+
+def _matched(parsed, phrases: int, operands) -> set[int]:
+    """The phrases FTS5 reports instances of: those of the OR-operands the row satisfies
+    (every positive phrase found in some column, no negated one); the phrases of an
+    operand that fails are not marked, even where they occur."""
+    found = {number for _, instances in parsed for _, number, _ in instances}
+    if operands is None:
+        return set(range(phrases))
+    kept: set[int] = set()
+    for operand in operands:
+        if all((number in found) != negated for number, negated in operand):
+            kept.update(number for number, negated in operand if not negated)
+    return kept
+
+
+def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
+            operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
+            width: int = SNIPPET_TOKENS, open_mark: str = SNIPPET_OPEN,
+            close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> str:
+    """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
+    query made of ``phrases``, numbered in the order the query names them.
+
+    ``operands``: the query's OR-operands, each a list of (phrase number, negated); a
+    phrase is marked where its operand holds for the row. None: every phrase is marked
+    (a query of positive phrases joined by OR)."""
+    texts = [text if isinstance(text, str) else "" for text in columns]
+    if not texts:
+        return ""
+    parsed: list[tuple[_Column | None, list]] = []
+    firsts = [phrase.words[0] for phrase in phrases if phrase.words]
+    for text in texts:
+        if not text or (text.isascii() and not any(w in text.lower() for w in firsts)):
+            parsed.append((None, []))  # no instance can be there
+            continue
+        column = _Column(text)
+        parsed.append((column, _instances(column.tokens, phrases)))
+    kept = _matched(parsed, len(phrases), operands)
+    if len(kept) < len(phrases):
+        parsed = [(column, [i for i in instances if i[1] in kept])
+                  for column, instances in parsed]
+    best = (0, 0, 0)  # (score, column, start)
+    for number, (column, instances) in enumerate(parsed):
+        if column is None:
+            continue
+        size = len(column.tokens)
+        starts = column.sentences() if instances and size > width else []
+        for at, _, _ in instances:
+            score, start = _score(instances, len(phrases), at, width, size)
+            if score > best[0]:
+                best = (score, number, start)
+            if starts:
+                j = bisect.bisect_right(starts, at) - 1
+                if starts[j] < at:
+                    score, _ = _score(instances, len(phrases), starts[j], width, size)
+                    score += 120 if starts[j] == 0 else 100
+                    if score > best[0]:
+                        best = (score, number, starts[j])
+    _, number, start = best
+    column, instances = parsed[number]
+    if column is None:  # no instance anywhere: the column's start
+        column = _Column(texts[number])
+    text, size = column.text, len(column.tokens)
+    last = start + width - 1
+    runs = [r for r in _coalesced(instances) if r[0] >= start]
+    out = [ellipsis] if start > 0 else []
+    offset = 0
+    run = 0
+    for position in range(start, min(last, size - 1) + 1):
+        begin, end = column.span(position)
+        if position == start and start:
+            offset = begin
+        current = runs[run] if run < len(runs) else None
+        if current and position == current[0]:
+            out += [text[offset:begin], open_mark]
+            offset = begin
+        if current and position == current[1]:
+            out += [text[offset:end], close_mark]
+            offset = end
+            run += 1
+        if position == last:
+            out.append(text[offset:end])
+            offset = end
+            if current and current[0] <= position < current[1]:
+                out.append(close_mark)
+    if last >= size - 1:
+        out.append(text[offset:])
+    else:
+        out.append(ellipsis)
+    if "\x00" in text:
+        # FTS5 appends each piece with printf's "%.*s", which stops at a NUL: a piece
+        # holding one (the "\x00json:" multimodal marker) is cut there
+        out = [piece.split("\x00", 1)[0] for piece in out]
+    return "".join(out)

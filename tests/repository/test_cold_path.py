@@ -1,0 +1,63 @@
+"""What a SQLite process loads (issue 19): never SQLAlchemy's PostgreSQL dialect (nor
+psycopg, nor our PostgreSQL backend), and no Alembic once a file is at head — through
+the library and through the CLI, from a new file on."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NEVER_ON_SQLITE = ("sqlalchemy.dialects.postgresql", "psycopg", "hermes_store.backends.postgresql")
+
+
+
+def _loaded(names) -> dict[str, list[str]]:
+    names = set(names)
+    found = {prefix: sorted(n for n in names if n == prefix or n.startswith(prefix + "."))
+             for prefix in (*NEVER_ON_SQLITE, "alembic")}
+    return {prefix: hits for prefix, hits in found.items() if hits}
+
+
+def test_a_sqlite_store_never_loads_the_postgresql_dialect(tmp_path):
+    path = tmp_path / "home" / "state.db"
+    code = textwrap.dedent("""
+        import json, sys
+        from hermes_store import SessionDB
+        with SessionDB(sys.argv[1]) as db:            # a new file
+            db.create_session("s1", "cli", model="m")
+            db.append_message("s1", role="user", content="how do I fix the docker build?")
+            db.append_message("s1", role="assistant", content="记忆断裂 and docker compose")
+            assert db.search_messages("docker") and db.search_messages("记忆")
+            db.set_session_title("s1", "Docker")
+            db.list_sessions_rich(limit=5)
+        with SessionDB(sys.argv[1]) as db:            # at head
+            assert db.get_session("s1")["title"] == "Docker"
+            db.get_messages_as_conversation("s1")
+        print(json.dumps(sorted(sys.modules)))
+    """)
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, cwd=REPO, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert _loaded(json.loads(run.stdout)) == {}
+
+
+def test_the_cli_on_a_sqlite_store_never_loads_the_postgresql_dialect(tmp_path):
+    from hermes_store import SessionDB
+
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s1", "cli")
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hermes_store", "--db", str(path),
+         "sessions", "show", "s1", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["session"]["id"] == "s1"
+    imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", run.stderr, re.M)
+    assert "hermes_store.store" in imported  # the parse saw the imports
+    assert _loaded(imported) == {}

@@ -1,0 +1,107 @@
+"""``fts.snippet.snippet`` is SQLite's own ``snippet()``: generated rows and queries (phrases,
+prefixes, AND, OR, NOT), the Python snippet against FTS5's on an in-memory table with the
+word index's columns."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hermes_store.fts.query import SNIPPET_TOKENS
+from hermes_store.fts.snippet import Phrase, snippet
+
+WORDS = ["docker", "compose", "deploy", "deploying", "chat", "send", "alpha", "beta",
+         "gamma", "Docker", "DEPLOY", "x1", "42", "kube"]
+SEPARATORS = [" ", " ", " ", "  ", ", ", ". ", ": ", "-", "_", "\n", ".", " (", ") ", "/"]
+
+
+@pytest.fixture(scope="module")
+def fts():
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(content, tool_name, tool_calls)")
+    yield conn
+    conn.close()
+
+
+def sqlite_snippet(conn, columns, query: str) -> str | None:
+    conn.execute("DELETE FROM t")
+    conn.execute("INSERT INTO t (rowid, content, tool_name, tool_calls) VALUES (1, ?, ?, ?)",
+                 columns)
+    row = conn.execute(
+        "SELECT snippet(t, -1, '>>>', '<<<', '...', ?) FROM t WHERE t MATCH ?",
+        (SNIPPET_TOKENS, query)).fetchone()
+    return None if row is None else row[0]
+
+
+def text_of(parts) -> str:
+    return "".join(word + sep for word, sep in parts)
+
+
+texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),
+                 min_size=0, max_size=120).map(text_of)
+phrases = st.lists(st.sampled_from(WORDS[:9]), min_size=1, max_size=3).flatmap(
+    lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
+
+
+def fts5_phrase(words, prefix) -> str:
+    return '"' + " ".join(words) + '"' + ("*" if prefix else "")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=texts, tool_name=st.one_of(st.none(), st.sampled_from(WORDS)),
+       tool_calls=st.one_of(st.none(), texts), query=st.lists(phrases, min_size=1, max_size=3),
+       joiner=st.sampled_from([" ", " OR "]))
+def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner):
+    columns = (content, tool_name, tool_calls)
+    expression = joiner.join(fts5_phrase(w, p) for w, p in query)
+    want = sqlite_snippet(fts, columns, expression)
+    if want is None:
+        return  # the row does not match: no snippet to compare
+    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
+def test_only_the_phrases_of_a_satisfied_operand_are_marked():
+    # "docker build OR exit code" on "docker-compose failed: exit code 137": the row
+    # holds (exit AND code), not (docker AND build): docker stays unmarked. (FTS5 marks
+    # the phrases whose iterators stand on the row: in a table of many rows, those of
+    # the operands the row satisfies — tests/postgres/test_pg_search_layer.py holds the
+    # two equal over its corpus; in a table of one row, every phrase the row holds.)
+    phrases = [Phrase(("docker",)), Phrase(("build",)), Phrase(("exit",)), Phrase(("code",))]
+    operands = [[(0, False), (1, False)], [(2, False), (3, False)]]
+    text = "docker-compose failed: exit code 137"
+    assert snippet((text, None, None), phrases, operands) == \
+        "docker-compose failed: >>>exit<<< >>>code<<< 137"
+    assert snippet((text, None, None), phrases) == \
+        ">>>docker<<<-compose failed: >>>exit<<< >>>code<<< 137"
+    # a negated phrase is never marked; an operand it spoils marks nothing
+    phrases = [Phrase(("exit",)), Phrase(("docker",)), Phrase(("code",))]
+    assert snippet((text, None, None), phrases, [[(0, False), (1, True)], [(2, False)]]) == \
+        "docker-compose failed: exit >>>code<<< 137"
+
+
+@pytest.mark.parametrize("columns, query, phrases", [
+    (("Use docker compose up now.", None, None), '"docker compose"', [Phrase(("docker", "compose"))]),
+    (("a chat-send tool", None, None), '"chat send"', [Phrase(("chat", "send"))]),
+    ((" ".join(f"w{i}" for i in range(200)) + " docker end.", None, None), "docker",
+     [Phrase(("docker",))]),
+    (("First sentence here. " + "filler " * 60 + "Second: deploying it. " + "tail " * 60,
+      None, None), "deploy*", [Phrase(("deploy",), prefix=True)]),
+    (("nothing relevant", "docker_run", '{"name": "docker"}'), "docker", [Phrase(("docker",))]),
+    (("", None, None), "docker", [Phrase(("docker",))]),
+])
+def test_examples_against_fts5(fts, columns, query, phrases):
+    want = sqlite_snippet(fts, columns, query)
+    got = snippet(columns, phrases)
+    if want is not None:
+        assert got == want
+    else:
+        assert got == (columns[0] or "")[: len(got)]
+
+
+def test_a_row_without_any_instance_gets_its_contents_start():
+    text = " ".join(f"w{i}" for i in range(100))
+    assert snippet((text, None, None), [Phrase(("docker",))]) == \
+        " ".join(f"w{i}" for i in range(SNIPPET_TOKENS)) + "..."
