@@ -231,7 +231,7 @@ class SessionDB(_StoreSessionDB):
     def db_path(self):
         path = self.__dict__.get("_file_path")
         target = self.__dict__.get("target")
-        if path is None and target is not None and target.is_postgresql:
+        if path is None and target is not None:  # a database on a server: no file
             return ServerDatabase(target)
         return path
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 
+from .. import backends
 from . import sql as sqlmod
 from .errors import RawUsageError, as_compat, in_unit, raw_statement_error
 
@@ -159,7 +160,7 @@ class Cursor:
 
     @property
     def lastrowid(self):
-        if self.connection._engine_name == sqlmod.ENGINE:
+        if not self.connection._native:
             raise RawUsageError(
                 "cursor.lastrowid is not available on PostgreSQL: add RETURNING id to the "
                 "INSERT and read it from the row"
@@ -184,8 +185,10 @@ class RawConnection:
         #: as upstream's connection: rows are ``sqlite3.Row``-like; ``None`` gives tuples,
         #: a callable ``factory(cursor, row_tuple)`` whatever it returns
         self.row_factory: Callable | None = sqlite3.Row
-        postgres = bool(getattr(store.target, "is_postgresql", False))
-        self._engine_name = sqlmod.ENGINE if postgres else "SQLite"
+        # The agent writes SQLite's SQL: the engine that stores files (SQLite) takes it as
+        # written; the server engine gets sql.for_postgresql's translation
+        self._native = bool(backends.of(store.target).stores_files)
+        self._engine_name = "SQLite" if self._native else sqlmod.ENGINE
 
     # -- sqlite3.Connection's surface the agent uses
     def execute(self, sql: str, parameters: Sequence | dict = ()) -> Cursor:
@@ -260,7 +263,7 @@ class RawConnection:
                 f"Incorrect number of bindings supplied. The current statement uses "
                 f"{statement.placeholders}, and there are {len(params)} supplied."
             )
-        if self._engine_name != sqlmod.ENGINE:
+        if self._native:
             return statement, sql, params  # the real sqlite3 connection takes it as written
         if named:
             missing = [name for name in statement.named if name not in params]
@@ -274,17 +277,17 @@ class RawConnection:
     def _execute_on(self, conn: sa.Connection, text: str, params, sql_text: str) -> _Result:
         result = conn.exec_driver_sql(text, params) if params else conn.exec_driver_sql(text)
         if not result.returns_rows:
-            lastrowid = result.lastrowid if self._engine_name != sqlmod.ENGINE else None
+            lastrowid = result.lastrowid if self._native else None
             rowcount = result.rowcount
             result.close()
             return _Result(None, None, rowcount, lastrowid)
         cursor = result.cursor
         names = tuple(d[0] for d in cursor.description)
-        if self._engine_name == sqlmod.ENGINE:
+        if not self._native:
             names = sqlmod.sqlite_names(sql_text, names)
         description = tuple((name, *_NAMES_ONLY) for name in names)
         factory = self.row_factory
-        if self._engine_name != sqlmod.ENGINE:
+        if self._native:
             # the real sqlite3 cursor: its rows as sqlite3 made them
             raw = cursor.fetchall()
             result.close()
