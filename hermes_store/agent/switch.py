@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -160,13 +161,7 @@ class Environment:
 
     @property
     def install_hint(self) -> str:
-        return f"{shlex_quote(self.python)} -m pip install hermes_store"
-
-
-def shlex_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+        return f"{shlex.quote(self.python)} -m pip install hermes_store"
 
 
 def probe(python: str | os.PathLike | None = None) -> Environment:
@@ -230,7 +225,7 @@ def check_agent(env: Environment) -> None:
             f"hermes-agent {env.agent_version} is installed in {env.prefix}, but this "
             f"hermes_store was tested with hermes-agent {tested} only: the agent's use of "
             f"hermes_state may differ, so the switch stays off. Install {tested} there "
-            f"({shlex_quote(env.python)} -m pip install hermes-agent=={TESTED_AGENT_VERSIONS[-1]}) "
+            f"({shlex.quote(env.python)} -m pip install hermes-agent=={TESTED_AGENT_VERSIONS[-1]}) "
             "or a hermes_store release that names your version.")
     if env.store_version is None:
         raise StoreNotImportableError(

@@ -176,6 +176,9 @@ _VOLATILE_TEXT = [
     (re.compile(r"\b(t|p)_[0-9a-f]{8}\b"), r"\1_<id>"),  # kanban tasks, projects
     (re.compile(r"\b[0-9a-f]{12}\b"), "<job>"),  # cron jobs
     (re.compile(r"/(ours|upstream|postgresql)/v1\b"), "/<lane>/v1"),  # the stub's lanes
+    # the agent probes the interpreters on PATH for its prompt, with a timeout that a
+    # loaded machine misses now and then (a wrong "python3=missing", or no line at all)
+    (re.compile(r"\n\nPython toolchain: [^\n]*"), ""),
     (re.compile(r"\b\d+(\.\d+)? (MB|KB|kB|GB|B)\b"), "<size>"),
     (re.compile(r"\b(\d+[smhd] ago|just now|yesterday)\b"), "<ago>"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?\b"), "<date>"),
