@@ -28,7 +28,7 @@ from _common import RESULTS, Row, add_arguments, format_markdown, format_rows, m
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
 ORDER = ("size", "append", "batch", "search", "read", "coldstart", "create", "export",
-         "adoption", "pg_writers", "pg_search", "agent_hook")
+         "adoption", "pg_writers", "pg_search", "pg_turns", "agent_hook")
 
 
 def main(argv=None) -> int:

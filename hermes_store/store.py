@@ -23,7 +23,9 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from . import backends, schema
+from .errors import ServerUnreachableError
 from .location import Given, Target, resolve
+from .repository.base import ReadInterrupted
 from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
@@ -40,7 +42,7 @@ from .repository.telegram import TelegramTopicsMixin
 from .repository.titles import TitlesMixin
 from .repository.usage import UsageMixin
 from .repository.values import scrub_surrogates
-from .units import RetryPolicy, WriteUnits
+from .units import Outage, RetryPolicy, WriteUnits
 
 #: the upstream schema version a head file carries
 SCHEMA_VERSION = schema.SCHEMA_VERSION
@@ -145,7 +147,11 @@ def _guarded(method):
       returned early without touching the database;
     * replace lone surrogates in text arguments (and lists of text): stored text never
       holds them, so ids and filters must be scrubbed the same way to reach the same
-      rows, and the driver could not bind them anyway.
+      rows, and the driver could not bind them anyway;
+    * re-run a call whose read snapshot lost its connection mid-way (a server restart:
+      ``ReadInterrupted``), when the call has committed no write unit so far — it has
+      then only read, and running it again reads afresh — within the outage budget
+      (``RetryPolicy.outage_timeout``, decision D16). A call that wrote gets the error.
     """
     @functools.wraps(method)
     def call(self, *args, **kwargs):
@@ -154,9 +160,32 @@ def _guarded(method):
             args = tuple(map(_scrub_argument, args))
         if kwargs:
             kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
-        return method(self, *args, **kwargs)
+        units = self._units
+        wrote = units.commits_on_this_thread() if units is not None else 0
+        try:
+            return method(self, *args, **kwargs)
+        except ReadInterrupted as exc:
+            return _rerun_read(self, method, args, kwargs, exc, wrote)
 
     return call
+
+
+def _rerun_read(db, method, args, kwargs, exc: ReadInterrupted, wrote: int):
+    """Run ``method`` again after a ``ReadInterrupted`` (see ``_guarded``)."""
+    outage = Outage(db.retry)
+    while True:
+        units = db._units
+        if units is None or units.commits_on_this_thread() != wrote \
+                or units.active_connection() is not None:
+            raise ServerUnreachableError(str(exc)) from exc  # it wrote: not re-run
+        if not outage.wait():
+            raise ServerUnreachableError(
+                f"{exc}; tried for {db.retry.outage_timeout:g} s "
+                "(RetryPolicy(outage_timeout=…) sets how long)") from exc
+        try:
+            return method(db, *args, **kwargs)
+        except ReadInterrupted as again:
+            exc = again
 
 
 def _guard_public_methods(cls: type) -> None:

@@ -24,6 +24,7 @@ from .connections import (
     transaction,
     writer,
 )
+from .unit_locks import STORE, HeldLocks, Locks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backends.base import Backend
@@ -32,6 +33,34 @@ T = TypeVar("T")
 
 #: seconds SQLite's busy handler (PostgreSQL: ``lock_timeout``) waits for a lock
 DEFAULT_BUSY_TIMEOUT = 1.0
+#: seconds a call rides out a lost server connection: longer than a fast restart
+#: (1.6-2.7 s here), about what a managed service's failover takes (decision D16)
+DEFAULT_OUTAGE_TIMEOUT = 30.0
+#: the longest pause between two tries during an outage
+OUTAGE_PAUSE_MAX = 1.0
+
+#: per thread: the locks held by each unit running on it, by its connection's id
+#: (``hold`` is called with a connection only)
+_running = threading.local()
+
+
+def _running_units() -> dict:
+    units = getattr(_running, "units", None)
+    if units is None:
+        units = _running.units = {}
+    return units
+
+
+def hold(conn: sa.Connection, locks: Locks) -> None:
+    """Inside a running write unit: take ``locks`` as well (what the unit does not hold
+    yet), before the statements that change what they name — the delegate runs of a
+    session being deleted, the ancestor a title is handed over from (decision D16,
+    ``unit_locks``). Nothing where the backend does not lock units (SQLite: the unit
+    runs alone already), nor outside a unit."""
+    entry = _running_units().get(id(conn))
+    if entry is not None:
+        backend, held = entry
+        backend.lock_unit(conn, locks, held)
 
 
 @dataclass(frozen=True)
@@ -49,12 +78,53 @@ class RetryPolicy:
     jitter_max: float = 0.150
     #: PASSIVE WAL checkpoint after this many successful write units (0 = never)
     checkpoint_every: int = 50
+    #: seconds a call keeps trying after its connection was lost (a server restart, a
+    #: failover, the network; a file has no connection to lose): a read is re-run on a
+    #: fresh connection, a write unit lost before COMMIT was sent too (decision D16)
+    outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT
 
     def __post_init__(self):
         if self.attempts < 1:
             raise ValueError("RetryPolicy.attempts must be at least 1")
         if not 0 <= self.jitter_min <= self.jitter_max:
             raise ValueError("RetryPolicy needs 0 <= jitter_min <= jitter_max")
+        if self.outage_timeout < 0:
+            raise ValueError("RetryPolicy.outage_timeout must be 0 or more (seconds)")
+
+
+class Outage:
+    """One call's time budget across lost connections (``RetryPolicy.outage_timeout``),
+    counted from the first loss: :meth:`wait` sleeps before the next try — a random
+    pause that doubles each time, from ``jitter_max`` up to ``OUTAGE_PAUSE_MAX`` — or
+    says the budget is spent (contention keeps its own budget, ``attempts``)."""
+
+    __slots__ = ("policy", "deadline", "waits")
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.deadline = time.monotonic() + policy.outage_timeout
+        self.waits = 0
+
+    def wait(self) -> bool:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return False
+        step = min(OUTAGE_PAUSE_MAX, max(self.policy.jitter_max, 0.01) * 2 ** self.waits)
+        self.waits += 1
+        time.sleep(min(left, random.uniform(step / 2, step)))
+        return True
+
+    def error(self, exc: BaseException, where: object, backend: "Backend") -> BaseException:
+        """What to raise once the budget is spent: the package's error (it names the
+        database), saying how long it tried and which setting gives it longer."""
+        from .errors import ServerUnreachableError
+
+        mapped = backend.translate_error(exc, where)
+        if isinstance(mapped, ServerUnreachableError):
+            return ServerUnreachableError(
+                f"{mapped}; tried for {self.policy.outage_timeout:g} s "
+                "(RetryPolicy(outage_timeout=…) sets how long)")
+        return mapped if mapped is not None else exc
 
 
 class WriteUnits:
@@ -71,10 +141,11 @@ class WriteUnits:
     one unit at a time per instance (threads of one process queue on a lock instead of
     spinning in SQLite's busy handler); every unit begins with ``BEGIN IMMEDIATE``, and
     every ``checkpoint_every`` commits a PASSIVE checkpoint runs. PostgreSQL: each unit
-    checks a connection out of the pool, begins READ COMMITTED and takes the store's
-    unit lock first (``backend.lock_unit``): exclusive, or shared for units declared
-    ``concurrent``; serialization failures, deadlocks and lock timeouts re-run the unit,
-    and so does a connection lost before COMMIT, on a fresh connection.
+    checks a connection out of the pool, begins READ COMMITTED and first takes the locks
+    of what the unit decides on (``backend.lock_unit``; ``unit_locks``: its sessions, a
+    title …, or the whole store); serialization failures, deadlocks and lock timeouts
+    re-run the unit (up to ``attempts``), and so does a connection lost before COMMIT, on
+    a fresh connection, for up to ``outage_timeout`` seconds (:class:`Outage`).
     """
 
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
@@ -94,76 +165,91 @@ class WriteUnits:
         """The connection of the unit running on this thread, if any."""
         return getattr(self._local, "conn", None)
 
-    def run(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
-        """Run ``fn(conn)`` as one unit and return its result. ``concurrent=True``
-        declares that the unit only changes rows through statements that lock them
-        (no read-decide-write), so where the backend locks units (PostgreSQL) it may
-        run beside other such units; SQLite runs every unit alone either way."""
+    def run(self, fn: Callable[[sa.Connection], T], *, locks: Locks = STORE) -> T:
+        """Run ``fn(conn)`` as one unit and return its result. ``locks`` names what the
+        unit decides on (``unit_locks``; the default ``STORE``: the whole store), so
+        where the backend locks units (PostgreSQL) it runs beside units that decide on
+        other things; SQLite runs every unit alone either way."""
         joined = self.active_connection()
         if joined is not None:
-            # A unit started inside a unit joins it: a second BEGIN IMMEDIATE on another
-            # connection would wait for the lock this thread already holds.
-            if not concurrent and self._local.concurrent and self.backend.locks_units:
-                self.backend.lock_unit(joined, exclusive=True)  # it must run alone after all
-                self._local.concurrent = False
+            # A unit started inside a unit joins it (a second BEGIN IMMEDIATE on another
+            # connection would wait for the lock this thread already holds), taking its
+            # own locks at this point.
+            hold(joined, locks)
             return fn(joined)
         if self._lock is None:
-            return self._run(fn, concurrent)
+            return self._run(fn, locks)
         with self._lock:
-            return self._run(fn, concurrent)
+            return self._run(fn, locks)
 
-    def _run(self, fn, concurrent: bool):
+    def _run(self, fn, locks: Locks):
         from .errors import CommitOutcomeUnknownError, StoreBusyError
 
         policy, writers, backend = self.policy, self._writers, self.backend
-        for attempt in range(1, policy.attempts + 1):
+        busy, outage = 0, None
+        while True:
             try:
                 if writers.held:
-                    result = self._attempt(writers.get(), fn, concurrent)
+                    result = self._attempt(writers.get(), fn, locks)
                 else:
                     with writers.checkout() as conn:
-                        result = self._attempt(conn, fn, concurrent)
+                        result = self._attempt(conn, fn, locks)
             except CommitOutcomeUnknownError:
                 raise
             except BaseException as exc:
                 if not isinstance(exc, sa.exc.DBAPIError):
                     raise
-                transient = backend.is_transient(exc)
-                if not transient and not backend.is_connection_lost(exc):
+                if backend.is_transient(exc):  # contention: a number of attempts
+                    busy += 1
+                    if busy >= policy.attempts:
+                        raise StoreBusyError(self.label, busy, exc.orig) from exc
+                    self.retries += 1
+                    time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
+                    continue
+                if not backend.is_connection_lost(exc):
                     backend.raise_translated(exc, self.label)
-                if attempt == policy.attempts:
-                    if transient:
-                        raise StoreBusyError(self.label, attempt, exc.orig) from exc
-                    backend.raise_translated(exc, self.label)  # the server stayed away
+                # lost before COMMIT was sent (the server rolled it back): a time budget
+                if outage is None:
+                    outage = Outage(policy)
+                if not outage.wait():
+                    raise outage.error(exc, self.label, backend) from exc  # it stayed away
                 self.retries += 1
-                time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
                 continue
             self.committed += 1
+            self._local.commits = getattr(self._local, "commits", 0) + 1
             if backend.checkpoints and policy.checkpoint_every \
                     and self.committed % policy.checkpoint_every == 0:
                 self.checkpoint()
             return result
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(self, conn: sa.Connection, fn, concurrent: bool):
+    def commits_on_this_thread(self) -> int:
+        """How many units this thread has committed (the API boundary asks whether a
+        call wrote anything before its read lost its connection)."""
+        return getattr(self._local, "commits", 0)
+
+    def _attempt(self, conn: sa.Connection, fn, locks: Locks):
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""
         local, backend = self._local, self.backend
         if backend.driver_transactions(conn.dialect):
             with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
-                local.conn, local.concurrent = conn, concurrent
+                local.conn = conn
                 try:
                     return fn(conn)
                 finally:
                     local.conn = None
+        running = _running_units()
         try:
             trans = conn.begin()  # the begin hook picks the engine's mode
             if backend.locks_units:
-                backend.lock_unit(conn, exclusive=not concurrent)
-            local.conn, local.concurrent = conn, concurrent
+                held = HeldLocks()
+                backend.lock_unit(conn, locks, held)
+                running[id(conn)] = (backend, held)
+            local.conn = conn
             try:
                 result = fn(conn)
             finally:
                 local.conn = None
+                running.pop(id(conn), None)
             # a session the server ended while the unit was idle (a restart) never
             # received COMMIT: re-run the unit rather than report an unknown outcome
             ended = backend.session_ended(conn)
@@ -202,4 +288,5 @@ class WriteUnits:
         return self.backend.checkpoint(self._maintenance, mode, self.label)
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "RetryPolicy", "WriteUnits"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "Outage", "RetryPolicy", "WriteUnits",
+           "hold"]

@@ -21,6 +21,17 @@ from support.postgres import (  # noqa: F401
     pg_template,
     pg_url,
 )
+from support.pgbouncer import (  # noqa: F401
+    POOLER_BACKENDS,
+    POOLER_SUBSET,
+    POOLER_SUITES,
+    pgbouncer,
+    pgbouncer_session,
+    pgbouncer_transaction,
+    pooler_mode,
+    pooler_url,
+    suite_test_name,
+)
 
 DATA = Path(__file__).parent / "data"
 FIXTURES_DIR = DATA / "fixtures"
@@ -74,10 +85,23 @@ def upstream_fixture(request, tmp_path) -> Path:
 BACKENDS = ("sqlite", "postgresql")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--poolers", action="store_true", default=False,
+        help="run every engine-parametrized test of tests/repository and tests/reliability "
+             "through PgBouncer in transaction and in session mode too (by default only "
+             "the named subset, support/pgbouncer.POOLER_SUBSET)")
+
+
+_subset_seen: set[str] = set()
+
+
 def pytest_generate_tests(metafunc):
     """Run every test that uses the ``backend`` fixture (the repository's ``db``) on
     both engines; ``@pytest.mark.sqlite_only("why")`` keeps a test about SQLite files
-    on SQLite. A test that asks for ``db_path`` (the file behind ``db``) must say so."""
+    on SQLite. A test that asks for ``db_path`` (the file behind ``db``) must say so.
+    Tests of the repository and reliability suites named in ``POOLER_SUBSET`` (all of
+    them with ``--poolers``) also run through PgBouncer in both pool modes."""
     if "backend" not in metafunc.fixturenames:
         return
     if metafunc.definition.get_closest_marker("sqlite_only") is not None:
@@ -90,12 +114,28 @@ def pytest_generate_tests(metafunc):
         )
     else:
         backends = list(BACKENDS)
+        name = suite_test_name(metafunc.definition)
+        if name in POOLER_SUBSET:
+            _subset_seen.add(name)
+        if name in POOLER_SUBSET or (metafunc.config.getoption("--poolers")
+                                     and name.split("/", 1)[0] in POOLER_SUITES):
+            backends += POOLER_BACKENDS
     metafunc.parametrize("backend", backends, indirect=True)
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:  # the [postgresql] runs of engine-parametrized tests
+    collected = {suite_test_name(item) for item in items if hasattr(item, "originalname")}
+    vanished = sorted(n for n in POOLER_SUBSET
+                      if n not in _subset_seen and n.split("::")[0] in
+                      {c.split("::")[0] for c in collected})
+    if vanished:  # renamed or removed: the pooler subset would shrink silently
+        raise pytest.UsageError(
+            "support/pgbouncer.POOLER_SUBSET names tests that do not exist (or no longer "
+            f"run on both engines): {', '.join(vanished)}")
+    engines = {"postgresql", *POOLER_BACKENDS}
+    for item in items:  # the [postgresql] (and pooler) runs of engine-parametrized tests
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and "postgresql" in callspec.params.values():
+        if callspec is not None and engines & {v for v in callspec.params.values()
+                                                if isinstance(v, str)}:
             item.add_marker(pytest.mark.postgres)
     mark_postgres_items(items)

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 if TYPE_CHECKING:  # pragma: no cover
     from ..connections import HeldConnections, PooledConnections
     from ..location import Target
+    from ..unit_locks import HeldLocks, Locks
     from ..units import RetryPolicy
 
 #: ``progress(table, done, total)`` of an index rebuild
@@ -59,7 +60,8 @@ class Backend:
     holds_connections: bool = True
     #: threads of one process run their write units one at a time
     serializes_units: bool = True
-    #: a write unit takes a lock of its own first (``lock_unit``)
+    #: a write unit takes the locks of what it decides on first (``lock_unit``); where
+    #: False every unit runs alone anyway (SQLite's ``BEGIN IMMEDIATE``)
     locks_units: bool = False
     #: committed units are followed by a checkpoint every ``RetryPolicy.checkpoint_every``
     checkpoints: bool = False
@@ -140,8 +142,11 @@ class Backend:
 
     # ------------------------------------------------------------------ write units
 
-    def lock_unit(self, conn: sa.Connection, *, exclusive: bool) -> None:
-        """A write unit's first statement where ``locks_units`` (else never called)."""
+    def lock_unit(self, conn: sa.Connection, locks: "Locks", held: "HeldLocks") -> None:
+        """Where ``locks_units`` (else never called): take what ``locks`` names and
+        ``held`` does not hold yet, until the unit's transaction ends, and record it in
+        ``held`` — a write unit's first statement, and again when a running unit finds
+        more to lock (``units.hold``)."""
         raise NotImplementedError
 
     def session_ended(self, conn: sa.Connection) -> BaseException | None:

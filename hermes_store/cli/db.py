@@ -8,13 +8,14 @@ store between the two engines (``hermes_store.dbcopy``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 
 from .common import JsonOption, YesOption, confirm, local_path, out, sqlite_file, state
-from .output import EXIT_PROBLEMS, human_bytes
+from .output import EXIT_NOT_FOUND, EXIT_PROBLEMS, human_bytes
 from .probe import probe
 
 app = typer.Typer(help="Schema revisions (upgrade, downgrade, check) and backups.", no_args_is_help=True)
@@ -138,6 +139,8 @@ def current_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         o.line(_describe(info.revision, head, server=db.is_server))
         if info.kind == "upstream":
             o.note("Written by upstream Hermes; `hermes-store db upgrade` adopts it.")
+    if not info.exists:  # as `status`: nothing there is "not found", not a revision
+        raise typer.Exit(EXIT_NOT_FOUND)
 
 
 @app.command("history")
@@ -183,6 +186,7 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "head": result.head,
         "at_head": result.at_head,
         "drift": result.drift,
+        "full_text": list(result.full_text),
         "telegram_topics": result.telegram_topics.as_dict(),
         "ok": result.ok,
     }
@@ -199,6 +203,8 @@ def check_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
                 o.line(f"  - {item}")
         elif result.at_head:
             o.line("schema: matches hermes_store.schema")
+        for item in result.full_text:
+            o.line(f"full-text index: {item}")
         topics = result.telegram_topics
         o.line(f"telegram topic tables: {topics.describe()}")
         if topics.state != "absent" and not topics.at_head:
@@ -238,6 +244,72 @@ def backup_command(
             f"{result.sessions} sessions, {result.messages} messages, integrity {result.integrity})"
         )
 
+
+
+@app.command("grant")
+def grant_command(
+    ctx: typer.Context,
+    role: Annotated[str, typer.Argument(help="The role Hermes runs as (it must exist).")],
+    json_flag: JsonOption = False,
+) -> None:
+    """PostgreSQL: let ROLE read and write sessions, now and in tables created later.
+
+    Run as the database's owner. Grants SELECT, INSERT, UPDATE, DELETE on every table
+    and USAGE, SELECT, UPDATE on every sequence, and the same by default on what the
+    owner creates later (the Telegram topic opt-in, upgrades); idempotent."""
+    from .. import errors
+    from ..backends.postgresql import roles
+
+    o = out(ctx, json_flag)
+    db = state(ctx).target
+    if not db.is_postgresql:
+        raise errors.InvalidArgumentError(
+            f"`hermes-store db grant` gives a PostgreSQL role its privileges, and {db.display} "
+            "is a SQLite file: who may use it is decided by the file's owner and mode (0600)")
+    with _admin_connection(db) as conn:
+        try:
+            granted = roles.grant_runtime(conn, role)
+        except roles.RoleError as exc:
+            raise errors.InvalidArgumentError(f"{db.display}: {exc}") from None
+        missing = roles.missing_runtime(conn, role)
+    payload = {
+        "path": db.display,
+        "role": role,
+        "owner": granted["owner"],
+        "tables": granted["tables"],
+        "sequences": granted["sequences"],
+        "statements": granted["statements"],
+        "missing": missing.describe() or None,
+    }
+    if o.json_mode:
+        o.emit(payload)
+    else:
+        o.line(f"{db}: {role} may read and write sessions: SELECT, INSERT, UPDATE, DELETE on "
+               f"{len(granted['tables'])} table(s), USAGE, SELECT, UPDATE on "
+               f"{len(granted['sequences'])} sequence(s), and the same on every table and "
+               f"sequence {granted['owner']} creates later (the Telegram topic opt-in, "
+               "upgrades).")
+        if missing:
+            o.warn(f"{role} still lacks {missing.describe()}")
+    if missing:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@contextlib.contextmanager
+def _admin_connection(target) -> Iterator:
+    """An autocommit connection for statements the owner runs (GRANT), its errors
+    the package's; closed (and its engine disposed) on exit."""
+    import sqlalchemy as sa
+
+    from .. import backends
+
+    engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool,
+                              isolation_level="AUTOCOMMIT")
+    try:
+        with backends.of(target).translated_errors(target), engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
 
 
 @app.command("copy")

@@ -190,6 +190,8 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
         from ..fts import maintenance as fts_maintenance
 
         with read_engine(target) as engine, engine.connect() as conn:
+            if server:
+                findings.extend(_privilege_findings(conn, target))
             unchecked = _unvalidated_foreign_keys(conn) if server else []
             orphans = {k: v for k, v in _orphans(conn).items() if v}
             mismatched = _counter_mismatches(conn)
@@ -233,6 +235,16 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
     return findings
 
 
+def _privilege_findings(conn, target: "Target") -> list[Finding]:
+    """PostgreSQL: what the connected role and every runtime role (a role holding
+    privileges on ``sessions``) lack, each named with the command that fixes it."""
+    from ..backends.postgresql import roles
+
+    hint = "the database's owner runs `hermes-store db grant {role}` (with this --db)"
+    return [Finding("privileges", status, detail)
+            for status, detail in roles.runtime_findings(conn, hint)]
+
+
 def _unvalidated_foreign_keys(conn) -> list[str]:
     """PostgreSQL: foreign keys added ``NOT VALID`` (rows loaded past them) and never
     validated since; every other key is checked by the server on every write."""
@@ -262,7 +274,7 @@ def _fix(target: "Target", findings: list[Finding]) -> list[str]:
                 return len(rows)
 
             # One write unit of the store: Hermes' own writes cannot interleave
-            # (BEGIN IMMEDIATE on a file, the unit lock on PostgreSQL).
+            # (BEGIN IMMEDIATE on a file; on PostgreSQL the store's lock, alone: the default).
             fixed.append(f"counters: {db._write(recount)} session(s) recounted")
         if "fts" in names:
             fixed.append(f"fts: {db.rebuild_fts()} index(es) rebuilt from messages")

@@ -3,12 +3,14 @@
 A concern mixin (sessions, messages, titles, search, …) talks to the database only
 through three doors:
 
-* ``self._write(fn)`` — ``fn(conn)`` runs as one write unit (``BEGIN IMMEDIATE`` on
-  SQLite; on PostgreSQL READ COMMITTED under the store's unit lock), re-run whole on
-  contention, committed whole or not at all; returns ``fn``'s result.
-  ``self._write(fn, concurrent=True)`` is for units that only change rows through
-  statements that lock them (no read, decide, then write): on PostgreSQL they run
-  side by side; every other unit runs alone, as on SQLite.
+* ``self._write(fn, locks=…)`` — ``fn(conn)`` runs as one write unit (``BEGIN
+  IMMEDIATE`` on SQLite; on PostgreSQL READ COMMITTED under the locks of what it
+  decides on), re-run whole on contention, committed whole or not at all; returns
+  ``fn``'s result. ``locks`` (``hermes_store.unit_locks``) names what the unit reads
+  and decides on — ``sessions(id)``, ``title(text)`` …; the default, ``STORE``, runs it
+  alone — so on PostgreSQL units that decide on different things run side by side;
+  SQLite ignores it. A unit that finds more to lock as it runs calls
+  ``units.hold(conn, locks)`` before changing it (docs/postgres.md, "Write locks").
 * ``with self._read() as conn:`` — one read snapshot (a deferred transaction), so a
   reader never sees half of a write unit even across several statements.
 * ``self._query(statement, values)`` — the rows of one prebuilt SELECT
@@ -45,14 +47,22 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..connections import BEGIN_MODE, HeldConnections, PooledConnections, transaction
-from ..errors import StoreClosedError, StoreReadOnlyError
-from ..units import WriteUnits
+from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyError
+from ..unit_locks import STORE, Locks
+from ..units import Outage, RetryPolicy, WriteUnits
 from .prebuilt import Prebuilt
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Backend
 
 T = TypeVar("T")
+
+
+class ReadInterrupted(ServerUnreachableError):
+    """A read snapshot (``_read``) lost its connection after its block had begun, so it
+    cannot be re-run there; the API boundary (``store._guarded``) re-runs the whole call
+    when the call has written nothing, within the outage budget (decision D16).
+    Anywhere else it is what it says: the server could not be reached."""
 
 
 class SnapshotNeeded(Exception):
@@ -105,17 +115,19 @@ class RepositoryBase:
     #: PostgreSQL only: single statements run without a transaction from here
     _singles: HeldConnections | PooledConnections | None = None
     _snapshots: threading.local | None = None
+    #: how units and reads ride out contention and outages (``SessionDB(retry=…)``)
+    retry: RetryPolicy = RetryPolicy()
 
     def _require_open(self) -> Engine:
         if self._engine is None:
             raise StoreClosedError(self.target)
         return self._engine
 
-    def _write(self, fn: Callable[[sa.Connection], T], *, concurrent: bool = False) -> T:
+    def _write(self, fn: Callable[[sa.Connection], T], *, locks: Locks = STORE) -> T:
         self._require_open()
         if self.read_only:
             raise StoreReadOnlyError(self.target)
-        return self._units.run(fn, concurrent=concurrent)
+        return self._units.run(fn, locks=locks)
 
     def _joined(self) -> sa.Connection | None:
         """The connection of this thread's running unit or open snapshot, if any."""
@@ -131,6 +143,23 @@ class RepositoryBase:
             raise StoreClosedError(self.target)
         return readers
 
+    def _rerun_lost(self, read: Callable[[], T]) -> T:
+        """``read()`` — one checkout of its own and the statements on it, nothing else —
+        re-run on a fresh connection while the connection it got was lost (a server
+        restart, a failover), within the outage budget (``RetryPolicy.outage_timeout``):
+        a read is idempotent. Other driver errors become the package's."""
+        backend, outage = self._backend, None
+        while True:
+            try:
+                return read()
+            except sa.exc.DBAPIError as exc:
+                if not backend.is_connection_lost(exc):
+                    backend.raise_translated(exc, self.target)
+                if outage is None:
+                    outage = Outage(self.retry)
+                if not outage.wait():
+                    raise outage.error(exc, self.target, backend) from exc
+
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
         self._require_open()
@@ -140,16 +169,42 @@ class RepositoryBase:
             return
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = threading.local()
-        readers = self._readers_open()
-        try:
-            if readers.held:
+        readers, backend = self._readers_open(), self._backend
+        if readers.held:  # the thread's own reader (SQLite: a local BEGIN DEFERRED)
+            try:
                 with self._snapshot(readers.get()) as conn:
                     yield conn
-            else:
-                with readers.checkout() as conn, self._snapshot(conn):
+            except sa.exc.DBAPIError as exc:
+                backend.raise_translated(exc, self.target)
+            return
+        # A pooled reader (PostgreSQL): the checkout and the BEGIN are re-run while the
+        # connection is lost; once the block has begun, a lost connection interrupts it
+        # (``ReadInterrupted``: the API boundary re-runs the call)
+        conn = self._rerun_lost(lambda: self._begin_snapshot(readers))
+        try:
+            with conn:  # back to the pool at the end (rolled back if the block raised)
+                self._snapshots.conn = conn
+                try:
                     yield conn
+                finally:
+                    self._snapshots.conn = None
+                conn.commit()
         except sa.exc.DBAPIError as exc:
-            self._backend.raise_translated(exc, self.target)
+            if backend.is_connection_lost(exc):
+                mapped = backend.translate_error(exc, self.target)
+                raise ReadInterrupted(str(mapped or exc)) from exc
+            backend.raise_translated(exc, self.target)
+
+    @staticmethod
+    def _begin_snapshot(readers: PooledConnections) -> sa.Connection:
+        """A pooled reader in its snapshot (the begin hook sends its BEGIN at once)."""
+        conn = readers.checkout()
+        try:
+            conn.begin()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     @contextmanager
     def _snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
@@ -165,20 +220,24 @@ class RepositoryBase:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
         self._require_open()
         joined = self._joined()
-        try:
-            if joined is not None:
-                return statement.rows(joined, values)
-            # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
-            # round trip instead of BEGIN, the statement and COMMIT)
-            singles = self._singles
-            if singles is None:
-                singles = self._readers_open()
-            if singles.held:
+        if joined is not None:  # the running unit's or snapshot's door handles errors
+            return statement.rows(joined, values)
+        # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
+        # round trip instead of BEGIN, the statement and COMMIT)
+        singles = self._singles
+        if singles is None:
+            singles = self._readers_open()
+        if singles.held:
+            try:
                 return statement.rows_alone(singles.get(), values)
+            except sa.exc.DBAPIError as exc:
+                self._backend.raise_translated(exc, self.target)
+
+        def read():
             with singles.checkout() as conn:
                 return statement.rows_alone(conn, values)
-        except sa.exc.DBAPIError as exc:
-            self._backend.raise_translated(exc, self.target)
+
+        return self._rerun_lost(read)
 
     def _read_lazily(self, fn: Callable[[LazyReads], T]) -> T:
         """``fn(reads)``, every data statement it reads in one snapshot, paying for the
@@ -194,13 +253,17 @@ class RepositoryBase:
                 return fn(LazyReads(conn, True))
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = threading.local()
-        try:
-            if singles.held:
+        if singles.held:
+            try:
                 return self._lazily_on(singles.get(), fn)
+            except sa.exc.DBAPIError as exc:
+                self._backend.raise_translated(exc, self.target)
+
+        def read():
             with singles.checkout() as conn:
                 return self._lazily_on(conn, fn)
-        except sa.exc.DBAPIError as exc:
-            self._backend.raise_translated(exc, self.target)
+
+        return self._rerun_lost(read)
 
     def _lazily_on(self, conn: sa.Connection, fn: Callable[[LazyReads], T]) -> T:
         """``_read_lazily`` on an autocommit connection of ``_singles``."""

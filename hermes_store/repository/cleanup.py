@@ -32,7 +32,7 @@ from typing import Iterable
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from . import kinds
 from .base import RepositoryBase
 from .portability import _chunks, _delete_rows, _remove_session_files
@@ -113,7 +113,7 @@ class CleanupMixin(RepositoryBase):
             _delete_rows(conn, list(ids))
             return list(ids)
 
-        return self._removed(self._write(unit), sessions_dir)
+        return self._removed(self._write(unit, locks=unit_locks.STORE), sessions_dir)
 
     def delete_session_if_empty(
         self, session_id: str, sessions_dir: Path | None = None
@@ -136,7 +136,10 @@ class CleanupMixin(RepositoryBase):
             _delete_rows(conn, list(ids))
             return list(ids)
 
-        return self._removed(self._write(unit), sessions_dir) == 1
+        # no title, messages or children: units that add them hold this session (a
+        # child is created holding its parent), so the check stays true until COMMIT
+        return self._removed(self._write(unit, locks=unit_locks.sessions(session_id)),
+                             sessions_dir) == 1
 
     # ------------------------------------------------------------------ ghosts
 
@@ -153,7 +156,7 @@ class CleanupMixin(RepositoryBase):
             _delete_rows(conn, doomed)
             return doomed
 
-        return self._removed(self._write(unit), sessions_dir)
+        return self._removed(self._write(unit, locks=unit_locks.STORE), sessions_dir)
 
     # ------------------------------------------------------------------ compression
 
@@ -188,7 +191,7 @@ class CleanupMixin(RepositoryBase):
                 .values(ended_at=now, end_reason=ORPHANED_COMPRESSION)
             ).rowcount
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.STORE)
 
     # ------------------------------------------------------------------ helpers
 

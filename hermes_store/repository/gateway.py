@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from .dialect import ascii_lower, insert_for
@@ -109,7 +109,7 @@ class GatewayMixin(RepositoryBase):
                       "updated_at": stmt.excluded.updated_at},
             ))
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.routing_scope(scope))
 
     def replace_gateway_routing_entries(
         self, entries: dict[str, str], *, scope: str = ""
@@ -140,7 +140,7 @@ class GatewayMixin(RepositoryBase):
             if rows:
                 conn.execute(sa.insert(R), rows)
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.routing_scope(scope))
 
     def load_gateway_routing_entries(self, *, scope: str = "") -> dict[str, str]:
         """The index of ``scope`` as ``{session_key: entry_json}`` (``{}`` when empty)."""
@@ -165,7 +165,7 @@ class GatewayMixin(RepositoryBase):
         def unit(conn: sa.Connection) -> None:
             conn.execute(sa.delete(R).where(R.c.scope == scope, R.c.session_key.in_(keys)))
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.routing_scope(scope))
 
     # ------------------------------------------------------------------ session peers
 
@@ -208,7 +208,7 @@ class GatewayMixin(RepositoryBase):
         if origin_json is not None:
             values["origin_json"] = origin_json
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def find_latest_gateway_session_for_peer(
         self,

@@ -13,8 +13,8 @@ pending handoff can be claimed. ``complete`` and ``fail`` record the outcome wha
 the state, so a watcher can always report it.
 
 Every transition is one conditional ``UPDATE`` of the session row: the row lock decides
-between two claimers (the second re-reads the row and finds it no longer pending), so
-the units are ``concurrent`` (on PostgreSQL they need not run alone).
+between two claimers (the second re-reads the row and finds it no longer pending); on
+PostgreSQL each unit also holds the session's lock, as every unit of a session does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from .base import RepositoryBase
 from .sessions import row_dict, session_columns
 
@@ -54,7 +54,8 @@ class HandoffMixin(RepositoryBase):
             )
             .values(handoff_state=PENDING, handoff_platform=platform, handoff_error=None)
         )
-        return self._write(lambda conn: conn.execute(stmt).rowcount, concurrent=True) > 0
+        return self._write(lambda conn: conn.execute(stmt).rowcount,
+                           locks=unit_locks.sessions(session_id)) > 0
 
     def claim_handoff(self, session_id: str) -> bool:
         """Move a pending handoff to running; True for exactly one claimer.
@@ -71,7 +72,8 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id, S.c.handoff_state == PENDING)
             .values(handoff_state=RUNNING)
         )
-        return self._write(lambda conn: conn.execute(stmt).rowcount, concurrent=True) > 0
+        return self._write(lambda conn: conn.execute(stmt).rowcount,
+                           locks=unit_locks.sessions(session_id)) > 0
 
     def complete_handoff(self, session_id: str) -> None:
         """Record success (whatever the current state) and clear the error."""
@@ -80,7 +82,7 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id)
             .values(handoff_state=COMPLETED, handoff_error=None)
         )
-        self._write(lambda conn: conn.execute(stmt), concurrent=True)
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def fail_handoff(self, session_id: str, error: str) -> None:
         """Record failure (whatever the current state) with the reason, cut to its
@@ -94,7 +96,7 @@ class HandoffMixin(RepositoryBase):
             .where(S.c.id == session_id)
             .values(handoff_state=FAILED, handoff_error=error[:MAX_ERROR_CHARS])
         )
-        self._write(lambda conn: conn.execute(stmt), concurrent=True)
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         """``{"state", "platform", "error"}`` of the session (all None when it was

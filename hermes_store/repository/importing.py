@@ -42,7 +42,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from .dialect import keep_ids_ahead
@@ -543,7 +543,8 @@ class ImportMixin(RepositoryBase):
             writer.link_parents(conn)
             return writer.tally
 
-        tally = self._write(unit)
+        # ids, titles and parent links checked against the whole store: runs alone
+        tally = self._write(unit, locks=unit_locks.STORE)
         return {
             "ok": True,
             "imported": len(tally.imported_ids),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import unit_locks
 from ..fts import maintenance as fts_maintenance
 from .base import RepositoryBase
 
@@ -37,13 +38,14 @@ class MaintenanceMixin(RepositoryBase):
         if not tables:
             return 0
         for _ in range(MAX_OPTIMIZE_UNITS):
-            if self._write(fts_maintenance.optimize):
+            if self._write(fts_maintenance.optimize, locks=unit_locks.STORE):
                 break
         return len(tables)
 
     def rebuild_fts(self) -> int:
         """Rebuild every full-text index from ``messages`` in one unit; returns the count."""
-        return len(self._write(lambda conn: fts_maintenance.rebuild(conn)))
+        return len(self._write(lambda conn: fts_maintenance.rebuild(conn),
+                               locks=unit_locks.STORE))
 
     def fts_integrity_check(self) -> list[str]:
         """Problems with the full-text indexes (empty when healthy), each with a hint."""

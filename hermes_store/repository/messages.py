@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
 from .conversation import (
@@ -184,9 +184,8 @@ class MessagesMixin(RepositoryBase):
                 raise SessionNotFoundError(session_id)
             return _INSERT_MESSAGE.insert(conn, row)
 
-        # concurrent: the counter UPDATE locks the session's row first, so appends to one
-        # session queue there and appends to others run side by side (PostgreSQL)
-        return self._write(unit, concurrent=True)
+        # appends to one session queue on its lock, appends to others run side by side
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def append_messages(self, session_id: str,
                         messages: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -214,9 +213,9 @@ class MessagesMixin(RepositoryBase):
             return [row[0] for row in _SESSION_IDS_ABOVE.rows(
                 conn, {"batch_session": session_id, "above_id": above})]
 
-        # concurrent, as append_message: while this unit holds the session's row lock no
-        # other unit adds rows to the session, so its rows above ``above`` are the batch
-        return self._write(unit, concurrent=True)
+        # while this unit holds the session no other unit adds rows to it (imports run
+        # alone), so its rows above ``above`` are the batch
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def replace_messages(self, session_id: str, messages: list[dict],
                          active_only: bool = False) -> None:
@@ -240,7 +239,7 @@ class MessagesMixin(RepositoryBase):
                 _INSERT_MESSAGE.execute_many(conn, rows)
             self._set_counters(conn, session_id, len(rows), tool_calls)
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))
 
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict]) -> int:
         """Compact in place without losing history; returns the number of rows inserted.
@@ -263,7 +262,7 @@ class MessagesMixin(RepositoryBase):
             self._set_counters(conn, session_id, len(rows), tool_calls)
             return len(rows)
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def set_latest_user_api_content(self, session_id: str, content: Any,
                                     api_content: str) -> int:
@@ -284,7 +283,7 @@ class MessagesMixin(RepositoryBase):
             )
             return result.rowcount
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict:
         """Soft-delete a user message and everything after it (``active=0``).
@@ -326,7 +325,7 @@ class MessagesMixin(RepositoryBase):
             return {"rewound_count": newly_hidden, "target_message": target_row,
                     "new_head_id": new_head}
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Re-activate inactive rows with ``id >= since_message_id``; returns how many."""
@@ -339,7 +338,7 @@ class MessagesMixin(RepositoryBase):
                 .values(active=1)
             ).rowcount
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.sessions(session_id))
 
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session (active or not) and zero its counters.
@@ -349,7 +348,7 @@ class MessagesMixin(RepositoryBase):
             conn.execute(sa.delete(M).where(M.c.session_id == session_id))
             self._set_counters(conn, session_id, 0, 0)
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))
 
     # ------------------------------------------------------------------ reads
 

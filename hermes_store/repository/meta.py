@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import HermesStoreError
 from .base import RepositoryBase
 from .dialect import insert_for
@@ -46,7 +46,7 @@ class MetaMixin(RepositoryBase):
                 index_elements=[META.c.key], set_={"value": stmt.excluded.value}
             ))
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.ROWS)  # one upsert: atomic by itself
 
     # ------------------------------------------------------------------ compression locks
 
@@ -112,7 +112,7 @@ class MetaMixin(RepositoryBase):
 
     def _lock_call(self, name: str, session_id: str, unit, failed_result):
         try:
-            return self._write(unit)
+            return self._write(unit, locks=unit_locks.sessions(session_id))
         except (sa.exc.DBAPIError, HermesStoreError) as exc:
             if isinstance(exc, HermesStoreError) and not _is_database_failure(exc):
                 raise
@@ -131,7 +131,8 @@ class MetaMixin(RepositoryBase):
             compression_failure_cooldown_until=float(cooldown_until),
             compression_failure_error=error,
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt),
+                    locks=unit_locks.sessions(session_id))
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         """``{"cooldown_until", "remaining_seconds", "error"}`` while a cooldown runs."""
@@ -159,7 +160,8 @@ class MetaMixin(RepositoryBase):
         stmt = sa.update(S).where(S.c.id == session_id).values(
             compression_failure_cooldown_until=None, compression_failure_error=None
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt),
+                    locks=unit_locks.sessions(session_id))
 
     def get_compression_fallback_streak(self, session_id: str) -> int:
         if not session_id:
@@ -180,7 +182,8 @@ class MetaMixin(RepositoryBase):
         stmt = sa.update(S).where(S.c.id == session_id).values(
             compression_fallback_streak=max(0, int(streak))
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt),
+                    locks=unit_locks.sessions(session_id))
 
 
 def _is_database_failure(exc: HermesStoreError) -> bool:

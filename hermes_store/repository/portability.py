@@ -17,7 +17,8 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
+from ..units import hold
 from . import kinds
 from .base import RepositoryBase
 from .dialect import ascii_lower, like_nocase
@@ -63,12 +64,18 @@ def _chunks(ids: list[str]) -> Iterator[list[str]]:
 
 
 def _delete_rows(conn: sa.Connection, ids: list[str]) -> None:
-    """Delete sessions and their messages, detaching surviving children first."""
+    """Delete sessions and their messages, detaching surviving children first (holding
+    each child's lock before its row changes; a unit that runs alone holds them all)."""
     hashes: list[str] = []
+    doomed = set(ids)
     for chunk in _chunks(ids):
         hashes += conn.execute(
             sa.select(S.c.system_prompt_hash).where(S.c.id.in_(chunk))
         ).scalars().all()
+        children = conn.execute(
+            sa.select(S.c.id).where(S.c.parent_session_id.in_(chunk))
+        ).scalars().all()
+        hold(conn, unit_locks.sessions(*(c for c in children if c not in doomed)))
         conn.execute(
             sa.update(S).where(S.c.parent_session_id.in_(chunk)).values(parent_session_id=None)
         )
@@ -234,11 +241,21 @@ class PortabilityMixin(RepositoryBase):
             existing = conn.execute(sa.select(S.c.id).where(S.c.id.in_(wanted))).scalars().all()
             if not existing:
                 return [], []
+            # The cascade, under the lock of every session in it: a delegate run found
+            # is locked, then the runs are looked for again (one may have been added to
+            # it before its lock was taken) until no new one turns up. New children of
+            # a locked session wait (create_session holds the parent) and then find no
+            # parent.
+            held: set[str] = set()
             delegates = _delegate_children(conn, existing)
+            while not set(delegates) <= held:
+                held.update(delegates)
+                hold(conn, unit_locks.sessions(*sorted(held)))
+                delegates = _delegate_children(conn, existing)
             _delete_rows(conn, sorted(set(existing) | set(delegates)))
             return list(existing), delegates
 
-        existing, delegates = self._write(unit)
+        existing, delegates = self._write(unit, locks=unit_locks.sessions(*wanted))
         for sid in [*existing, *delegates]:
             _remove_session_files(sessions_dir, sid)
         return len(existing)
@@ -276,7 +293,7 @@ class PortabilityMixin(RepositoryBase):
             _delete_rows(conn, list(ids))
             return list(ids)
 
-        removed = self._write(unit)
+        removed = self._write(unit, locks=unit_locks.STORE)  # chosen by a condition: alone
         for sid in removed:
             _remove_session_files(sessions_dir, sid)
         return len(removed)
@@ -301,4 +318,4 @@ class PortabilityMixin(RepositoryBase):
                 conn.execute(sa.update(S).where(S.c.id.in_(sorted(lineage))).values(archived=1))
             return len(ids)
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.STORE)  # chosen by a condition: alone

@@ -21,8 +21,9 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import InvalidArgumentError, SessionNotFoundError
+from ..units import hold
 from . import kinds
 from .base import RepositoryBase
 from .dialect import insert_for, like_nocase
@@ -153,8 +154,10 @@ def keeps_prompts_inline(conn: sa.Connection) -> bool:
 
 
 def store_prompt(conn: sa.Connection, prompt: str) -> str:
-    """Insert the prompt text once; return its hash."""
+    """Insert the prompt text once; return its hash. The unit shares the prompt's lock
+    with every unit that stores it, so no unit deletes it meanwhile."""
     digest = prompt_hash(prompt)
+    hold(conn, unit_locks.prompt_users(digest))
     stmt = insert_for(conn, P).values(hash=digest, prompt=prompt).on_conflict_do_nothing()
     conn.execute(stmt)
     return digest
@@ -165,6 +168,9 @@ def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None])
     candidates = sorted({h for h in hashes if h})
     if not candidates:
         return
+    # alone on each prompt: a unit that stores it waits, then finds it gone and stores
+    # it again; one that stored it first has committed its reference, which this sees
+    hold(conn, unit_locks.prompt_dropper(*candidates))
     referenced = sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash)
     conn.execute(sa.delete(P).where(P.c.hash.in_(candidates), ~sa.exists(referenced)))
 
@@ -215,7 +221,12 @@ class SessionsMixin(RepositoryBase):
             "cwd": cwd,
             "profile_name": profile_name,
         }
-        self._write(lambda conn: self._upsert_session(conn, session_id, source, fields))
+        # the parent must still exist when the child links to it (a delete holds it)
+        locks = unit_locks.sessions(session_id, parent_session_id)
+        if system_prompt is not None:
+            locks |= unit_locks.prompt_users(prompt_hash(scrub_surrogates(system_prompt)))
+        self._write(lambda conn: self._upsert_session(conn, session_id, source, fields),
+                    locks=locks)
         return session_id
 
     def ensure_session(
@@ -309,12 +320,12 @@ class SessionsMixin(RepositoryBase):
             .where(S.c.id == session_id, S.c.ended_at.is_(None))
             .values(ended_at=time.time(), end_reason=end_reason)
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def reopen_session(self, session_id: str) -> None:
         """Clear ``ended_at``/``end_reason`` so the session can be resumed (and ended again)."""
         stmt = sa.update(S).where(S.c.id == session_id).values(ended_at=None, end_reason=None)
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
         """End a live (or accidentally closed) session as a deliberate reset.
@@ -331,7 +342,8 @@ class SessionsMixin(RepositoryBase):
             )
             .values(ended_at=time.time(), end_reason=reason)
         )
-        return self._write(lambda conn: conn.execute(stmt).rowcount) > 0
+        return self._write(lambda conn: conn.execute(stmt).rowcount,
+                           locks=unit_locks.sessions(session_id)) > 0
 
     # ------------------------------------------------------------------ field updates
 
@@ -355,12 +367,15 @@ class SessionsMixin(RepositoryBase):
             if old.system_prompt_hash != digest:
                 drop_unreferenced_prompts(conn, [old.system_prompt_hash])
 
-        self._write(unit)
+        locks = unit_locks.sessions(session_id)
+        if prompt is not None:
+            locks |= unit_locks.prompt_users(prompt_hash(prompt))
+        self._write(unit, locks=locks)
 
     def update_session_model(self, session_id: str, model: str) -> None:
         """Overwrite the model (a mid-session ``/model`` switch)."""
         stmt = sa.update(S).where(S.c.id == session_id).values(model=model)
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def update_session_meta(
         self, session_id: str, model_config_json: str, model: str | None = None
@@ -370,7 +385,7 @@ class SessionsMixin(RepositoryBase):
         if model is not None:
             values["model"] = model
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def update_session_billing_route(
         self,
@@ -398,7 +413,7 @@ class SessionsMixin(RepositoryBase):
             conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
             drop_unreferenced_prompts(conn, [old])
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))
 
     def update_session_cwd(
         self,
@@ -417,7 +432,7 @@ class SessionsMixin(RepositoryBase):
         if (git_repo_root or "").strip():
             values["git_repo_root"] = git_repo_root.strip()
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     def backfill_repo_roots(self, cwd_to_root: dict[str, str]) -> None:
         """Fill ``git_repo_root`` from a ``{cwd: root}`` map where it is still blank."""
@@ -432,14 +447,15 @@ class SessionsMixin(RepositoryBase):
                     sa.update(S).where(S.c.cwd == cwd, blank).values(git_repo_root=root)
                 )
 
-        self._write(unit)
+        # sessions chosen by their cwd, anywhere in the store: runs alone
+        self._write(unit, locks=unit_locks.STORE)
 
     def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
         stmt = (
             sa.update(S).where(S.c.id == session_id)
             .values(expiry_finalized=1 if finalized else 0)
         )
-        self._write(lambda conn: conn.execute(stmt))
+        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
 
     # ------------------------------------------------------------------ archive
 
@@ -453,11 +469,12 @@ class SessionsMixin(RepositoryBase):
             ids = compression_lineage_ids(conn, session_id)
             if not ids:
                 return 0
+            hold(conn, unit_locks.sessions(*ids))  # every session it changes
             return conn.execute(
                 sa.update(S).where(S.c.id.in_(ids)).values(archived=1 if archived else 0)
             ).rowcount
 
-        return self._write(unit) > 0
+        return self._write(unit, locks=unit_locks.sessions(session_id)) > 0
 
 
 def as_cache_key(values):

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from .. import telegram_schema as T
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
@@ -57,12 +57,21 @@ class TelegramTopicsMixin(RepositoryBase):
 
         head = migrate.telegram_topics_head()
 
+        def at_head(conn: sa.Connection) -> bool:
+            return _exists(conn, VERSION) and \
+                conn.execute(sa.select(VERSION.c.version_num)).scalar() == head
+
+        if not self.read_only:  # (a read-only store refuses the opt-in below)
+            with self._read() as conn:
+                if at_head(conn):
+                    return  # the common case: no write unit (the tables never go away)
+
         def unit(conn: sa.Connection) -> None:
-            if _exists(conn, VERSION) and conn.execute(sa.select(VERSION.c.version_num)).scalar() == head:
-                return  # the common case: no Alembic run at all
+            if at_head(conn):
+                return  # another process opted in meanwhile
             migrate.upgrade_telegram_topics(connection=conn)
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.STORE)  # DDL: runs alone
 
     def enable_telegram_topic_mode(
         self,
@@ -91,7 +100,7 @@ class TelegramTopicsMixin(RepositoryBase):
                 set_={k: stmt.excluded[k] for k in values if k not in kept},
             ))
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.telegram_chat(values["chat_id"]))
 
     def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
         """Turn topic mode off for a chat; with ``clear_bindings`` its topic bindings go
@@ -108,7 +117,7 @@ class TelegramTopicsMixin(RepositoryBase):
             if clear_bindings and _exists(conn, BINDINGS):
                 conn.execute(sa.delete(BINDINGS).where(BINDINGS.c.chat_id == chat_id))
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.telegram_chat(chat_id))
 
     def is_telegram_topic_mode_enabled(self, *, chat_id: str, user_id: str) -> bool:
         """True when the chat opted in, for this user, and is not disabled."""
@@ -167,7 +176,9 @@ class TelegramTopicsMixin(RepositoryBase):
                 set_={k: stmt.excluded[k] for k in values if k not in kept},
             ))
 
-        self._write(unit)
+        # the session (linked to one topic at most) and the chat whose topics change
+        self._write(unit, locks=unit_locks.sessions(session_id)
+                    | unit_locks.telegram_chat(chat_id))
 
     def get_telegram_topic_binding(self, *, chat_id: str, thread_id: str) -> dict[str, Any] | None:
         """The binding row of one topic, or None."""
@@ -216,7 +227,7 @@ class TelegramTopicsMixin(RepositoryBase):
                 )
             return deleted
 
-        return self._write(unit)
+        return self._write(unit, locks=unit_locks.telegram_chat(chat_id))
 
     def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
         """True when the session is bound to any topic. Never opts in."""

@@ -13,9 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from ..errors import TitleError
 from . import kinds
+from ..units import hold
 from .base import RepositoryBase
 from .dialect import like_nocase
 from .sessions import row_dict, session_columns
@@ -108,13 +109,20 @@ class TitlesMixin(RepositoryBase):
                         raise TitleError(
                             f"Title '{clean}' is already in use by session {holder}"
                         )
-                    conn.execute(sa.update(S).where(S.c.id == holder).values(title=None))
+                    # the ancestor's row changes: its lock first; it may have renamed
+                    # itself meanwhile (that holds its lock, not this title's), so the
+                    # hand-over takes the title only from a row that still holds it
+                    hold(conn, unit_locks.sessions(holder))
+                    conn.execute(sa.update(S).where(S.c.id == holder, S.c.title == clean)
+                                 .values(title=None))
             stmt = sa.update(S).where(S.c.id == session_id)
             if only_if_empty:
                 stmt = stmt.where(S.c.title.is_(None))
             return conn.execute(stmt.values(title=clean)).rowcount
 
-        return self._write(unit) > 0
+        # the session, and the title it claims (unique: claims of one title queue)
+        return self._write(unit, locks=unit_locks.sessions(session_id)
+                           | unit_locks.title(clean)) > 0
 
     def get_session_title(self, session_id: str) -> str | None:
         with self._read() as conn:

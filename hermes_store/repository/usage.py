@@ -10,12 +10,13 @@ attributed correctly. Both are written in the same unit, so they never disagree.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 import sqlalchemy as sa
 
-from .. import schema
+from .. import schema, unit_locks
 from .base import RepositoryBase
-from .dialect import insert_for
+from .prebuilt import Prebuilt
 
 S = schema.sessions
 U = schema.session_model_usage
@@ -24,22 +25,92 @@ _TOKEN_FIELDS = (
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
     "reasoning_tokens",
 )
+_ROUTE_FIELDS = ("model", "billing_provider", "billing_base_url", "billing_mode")
+
+# Statements built once (``Prebuilt``; the UPDATE and the upsert once per shape of the
+# call): building them per call cost ~5 ms of client CPU per ``update_token_counts``,
+# more than the call's round trips. Parameter names carry a ``p_`` prefix: SQLAlchemy
+# reserves a column's own name in the VALUES/SET of its table.
+_SID = sa.bindparam("p_sid", type_=sa.Text)
+_ACCOUNTING = Prebuilt(sa.select(*(S.c[name] for name in (*_ROUTE_FIELDS, "api_call_count")))
+                       .where(S.c.id == _SID))
+_ROUTE = Prebuilt(sa.select(*(S.c[name] for name in _ROUTE_FIELDS)).where(S.c.id == _SID))
+_BARE_ROW = Prebuilt(sa.insert(S).values(
+    id=_SID, source="unknown", model=sa.bindparam("p_model", type_=sa.Text),
+    started_at=sa.bindparam("p_now", type_=sa.Float)))
+_FILL_MODEL = Prebuilt(sa.update(S).where(S.c.id == _SID)
+                       .values(model=sa.bindparam("p_model", type_=sa.Text)))
 
 
-def _ensure_row(conn: sa.Connection, session_id: str, model: str | None):
-    """The session's accounting fields, creating a bare ``source='unknown'`` row first
-    when it is missing (usage may arrive before a racing ``create_session``). A NULL
-    model is filled from ``model`` either way."""
-    fields = (S.c.model, S.c.billing_provider, S.c.billing_base_url, S.c.billing_mode,
-              S.c.api_call_count)
-    row = conn.execute(sa.select(*fields).where(S.c.id == session_id)).first()
-    if row is None:
-        conn.execute(sa.insert(S).values(
-            id=session_id, source="unknown", model=model, started_at=time.time()
-        ))
-    elif row.model is None and model is not None:
-        conn.execute(sa.update(S).where(S.c.id == session_id).values(model=model))
-    return conn.execute(sa.select(*fields).where(S.c.id == session_id)).one()
+def _param(name: str) -> sa.BindParameter:
+    return sa.bindparam(f"p_{name}", type_=S.c[name].type)
+
+
+@lru_cache(maxsize=128)
+def _counts_update(first_route: bool, filled: tuple, absolute: bool, actual: bool,
+                   given: tuple) -> Prebuilt:
+    """``update_token_counts``'s UPDATE for one shape of call (see there)."""
+    values: dict = {}
+    if first_route:
+        values.update({name: _param(name) for name in _ROUTE_FIELDS})
+    for name in filled:
+        values[name] = sa.func.coalesce(S.c[name], _param(name))
+    if absolute:
+        values.update({name: _param(name) for name in
+                       (*_TOKEN_FIELDS, "api_call_count", "estimated_cost_usd")})
+        if actual:
+            values["actual_cost_usd"] = _param("actual_cost_usd")
+    else:
+        for name in (*_TOKEN_FIELDS, "api_call_count", "estimated_cost_usd"):
+            values[name] = sa.func.coalesce(S.c[name], 0) + _param(name)
+        if actual:
+            values["actual_cost_usd"] = sa.func.coalesce(S.c.actual_cost_usd, 0) + \
+                _param("actual_cost_usd")
+    values.update({name: _param(name) for name in given})
+    return Prebuilt(sa.update(S).where(S.c.id == _SID).values(**values))
+
+
+_USAGE_KEY = ("session_id", "model", "billing_provider", "billing_base_url", "billing_mode",
+              "task")
+_USAGE_COLUMNS = (*_USAGE_KEY, *_TOKEN_FIELDS, "api_call_count", "estimated_cost_usd",
+                  "actual_cost_usd", "cost_status", "cost_source", "first_seen", "last_seen")
+
+
+@lru_cache(maxsize=8)
+def _usage_upsert(backend_name: str) -> Prebuilt:
+    """The ``session_model_usage`` upsert in this engine's dialect (``_add_usage``)."""
+    from .. import backends
+
+    stmt = backends.get(backend_name).insert(U).values(
+        {name: sa.bindparam(f"p_{name}", type_=U.c[name].type) for name in _USAGE_COLUMNS})
+    new = stmt.excluded
+    return Prebuilt(stmt.on_conflict_do_update(
+        index_elements=[U.c[name] for name in _USAGE_KEY],
+        set_={
+            **{name: U.c[name] + new[name] for name in _TOKEN_FIELDS},
+            "api_call_count": U.c.api_call_count + new.api_call_count,
+            "estimated_cost_usd": U.c.estimated_cost_usd + new.estimated_cost_usd,
+            "actual_cost_usd": U.c.actual_cost_usd + new.actual_cost_usd,
+            "cost_status": sa.func.coalesce(new.cost_status, U.c.cost_status),
+            "cost_source": sa.func.coalesce(new.cost_source, U.c.cost_source),
+            "last_seen": new.last_seen,
+        },
+    ))
+
+
+def _ensure_row(conn: sa.Connection, session_id: str, model: str | None) -> tuple:
+    """The session's accounting fields (model, billing provider, base URL and mode,
+    API calls), creating a bare ``source='unknown'`` row first when it is missing (usage
+    may arrive before a racing ``create_session``). A NULL model is filled from
+    ``model`` either way."""
+    rows = _ACCOUNTING.rows(conn, {"p_sid": session_id})
+    if rows and not (rows[0][0] is None and model is not None):
+        return tuple(rows[0])
+    if not rows:
+        _BARE_ROW.execute(conn, {"p_sid": session_id, "p_model": model, "p_now": time.time()})
+    else:
+        _FILL_MODEL.execute(conn, {"p_sid": session_id, "p_model": model})
+    return tuple(_ACCOUNTING.rows(conn, {"p_sid": session_id})[0])
 
 
 def _add_usage(
@@ -59,28 +130,16 @@ def _add_usage(
     cost_source: str | None,
 ) -> None:
     now = time.time()
-    stmt = insert_for(conn, U).values(
-        session_id=session_id, model=model, billing_provider=billing_provider,
-        billing_base_url=billing_base_url, billing_mode=billing_mode, task=task,
-        api_call_count=api_call_count, estimated_cost_usd=estimated_cost_usd,
-        actual_cost_usd=actual_cost_usd, cost_status=cost_status, cost_source=cost_source,
-        first_seen=now, last_seen=now, **tokens,
-    )
-    new = stmt.excluded
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[U.c.session_id, U.c.model, U.c.billing_provider,
-                        U.c.billing_base_url, U.c.billing_mode, U.c.task],
-        set_={
-            **{name: U.c[name] + new[name] for name in _TOKEN_FIELDS},
-            "api_call_count": U.c.api_call_count + new.api_call_count,
-            "estimated_cost_usd": U.c.estimated_cost_usd + new.estimated_cost_usd,
-            "actual_cost_usd": U.c.actual_cost_usd + new.actual_cost_usd,
-            "cost_status": sa.func.coalesce(new.cost_status, U.c.cost_status),
-            "cost_source": sa.func.coalesce(new.cost_source, U.c.cost_source),
-            "last_seen": new.last_seen,
-        },
-    )
-    conn.execute(stmt)
+    values = {
+        "p_session_id": session_id, "p_model": model, "p_billing_provider": billing_provider,
+        "p_billing_base_url": billing_base_url, "p_billing_mode": billing_mode,
+        "p_task": task, "p_api_call_count": api_call_count,
+        "p_estimated_cost_usd": estimated_cost_usd, "p_actual_cost_usd": actual_cost_usd,
+        "p_cost_status": cost_status, "p_cost_source": cost_source,
+        "p_first_seen": now, "p_last_seen": now,
+        **{f"p_{name}": value for name, value in tokens.items()},
+    }
+    _usage_upsert(conn.dialect.name).execute(conn, values)
 
 
 class UsageMixin(RepositoryBase):
@@ -122,54 +181,42 @@ class UsageMixin(RepositoryBase):
                          or estimated_cost_usd or actual_cost_usd)
 
         def unit(conn: sa.Connection) -> None:
-            row = _ensure_row(conn, session_id, model)
-            values: dict = {}
+            row_model, row_provider, _url, _mode, row_calls = _ensure_row(
+                conn, session_id, model)
+            params: dict = {"p_sid": session_id}
             first_route = (
-                int(row.api_call_count or 0) == 0 and has_usage and bool(model)
+                int(row_calls or 0) == 0 and has_usage and bool(model)
                 and bool(billing_provider)
-                and (row.model != model or row.billing_provider != billing_provider)
+                and (row_model != model or row_provider != billing_provider)
             )
+            route = {"model": model, "billing_provider": billing_provider,
+                     "billing_base_url": billing_base_url, "billing_mode": billing_mode}
+            filled: tuple = ()
             if first_route:
-                values.update(model=model, billing_provider=billing_provider,
-                              billing_base_url=billing_base_url, billing_mode=billing_mode)
-            elif has_usage:
-                for name, given in (("model", model), ("billing_provider", billing_provider),
-                                    ("billing_base_url", billing_base_url),
-                                    ("billing_mode", billing_mode)):
-                    if given is not None:
-                        values[name] = sa.func.coalesce(S.c[name], given)
-            if absolute:
-                values.update(tokens)
-                values["api_call_count"] = api_call_count
-                values["estimated_cost_usd"] = estimated_cost_usd or 0
-                if actual_cost_usd is not None:
-                    values["actual_cost_usd"] = actual_cost_usd
-            else:
-                for name, delta in tokens.items():
-                    values[name] = sa.func.coalesce(S.c[name], 0) + delta
-                values["api_call_count"] = sa.func.coalesce(S.c.api_call_count, 0) + (
-                    api_call_count or 0)
-                values["estimated_cost_usd"] = (
-                    sa.func.coalesce(S.c.estimated_cost_usd, 0) + (estimated_cost_usd or 0))
-                if actual_cost_usd is not None:
-                    values["actual_cost_usd"] = (
-                        sa.func.coalesce(S.c.actual_cost_usd, 0) + actual_cost_usd)
-            for name, given in (("cost_status", cost_status), ("cost_source", cost_source),
-                                ("pricing_version", pricing_version)):
-                if given is not None:
-                    values[name] = given
-            conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+                params.update({f"p_{name}": value for name, value in route.items()})
+            elif has_usage:  # fill only what is still NULL
+                filled = tuple(name for name, given in route.items() if given is not None)
+                params.update({f"p_{name}": route[name] for name in filled})
+            params.update({f"p_{name}": value for name, value in tokens.items()})
+            params["p_api_call_count"] = api_call_count or 0
+            params["p_estimated_cost_usd"] = estimated_cost_usd or 0
+            if actual_cost_usd is not None:
+                params["p_actual_cost_usd"] = actual_cost_usd
+            given = tuple(name for name, value in (
+                ("cost_status", cost_status), ("cost_source", cost_source),
+                ("pricing_version", pricing_version)) if value is not None)
+            params.update({"p_cost_status": cost_status, "p_cost_source": cost_source,
+                           "p_pricing_version": pricing_version})
+            _counts_update(first_route, filled, absolute, actual_cost_usd is not None,
+                           given).execute(conn, params)
             if not absolute and (any(tokens.values()) or api_call_count or estimated_cost_usd):
-                route = conn.execute(
-                    sa.select(S.c.model, S.c.billing_provider, S.c.billing_base_url,
-                              S.c.billing_mode).where(S.c.id == session_id)
-                ).one()
+                stored = dict(zip(_ROUTE_FIELDS, _ROUTE.rows(conn, {"p_sid": session_id})[0]))
                 _add_usage(
                     conn, session_id,
-                    model=model or route.model or "unknown",
-                    billing_provider=billing_provider or route.billing_provider or "",
-                    billing_base_url=billing_base_url or route.billing_base_url or "",
-                    billing_mode=billing_mode or route.billing_mode or "",
+                    model=model or stored["model"] or "unknown",
+                    billing_provider=billing_provider or stored["billing_provider"] or "",
+                    billing_base_url=billing_base_url or stored["billing_base_url"] or "",
+                    billing_mode=billing_mode or stored["billing_mode"] or "",
                     task="",
                     tokens=tokens,
                     api_call_count=api_call_count or 0,
@@ -179,7 +226,7 @@ class UsageMixin(RepositoryBase):
                     cost_source=cost_source,
                 )
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))
 
     def record_auxiliary_usage(
         self,
@@ -230,4 +277,4 @@ class UsageMixin(RepositoryBase):
                 cost_source=None,
             )
 
-        self._write(unit)
+        self._write(unit, locks=unit_locks.sessions(session_id))

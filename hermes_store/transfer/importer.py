@@ -14,6 +14,7 @@ from .. import backends, schema
 from ..connections import writer
 from ..errors import StoreBusyError
 from ..repository.importing import NO_LIMITS, ImportChecker, SessionWriter
+from ..unit_locks import STORE, HeldLocks
 from .files import ImportReport, _detect, _Entry, _events, _Message, _Session, _validate
 from .formats import _INSERT_CHUNK, IMPORT_BATCH, ImportFileError, _Opened
 
@@ -139,8 +140,8 @@ class _Importer:
                 if conn is None:
                     conn = self.engine.connect()
                     tx = conn.begin()
-                    if self.backend.locks_units:
-                        self.backend.lock_unit(conn, exclusive=True)
+                    if self.backend.locks_units:  # a batch runs alone, as import_sessions
+                        self.backend.lock_unit(conn, STORE, HeldLocks())
                 if isinstance(event, _Entry):
                     prepared = event.checked or self.entries.check(event.index, event.raw)
                     self.current = prepared.session_id

@@ -67,7 +67,8 @@ def test_check_passes_at_head_with_json_shape(cli, empty_store):
     result = cli(empty_store, "db", "check", "--json")
     assert result.exit_code == 0, result.output
     data = parse_json(result)
-    assert set(data) == {"path", "revision", "head", "at_head", "drift", "telegram_topics", "ok"}
+    assert set(data) == {"path", "revision", "head", "at_head", "drift", "full_text",
+                         "telegram_topics", "ok"}
     assert data["ok"] is True and data["drift"] == [] and data["revision"] == HEAD
     assert data["telegram_topics"]["state"] == "absent" and data["telegram_topics"]["ok"] is True
     human = cli(empty_store, "db", "check")
@@ -104,6 +105,15 @@ def test_downgrade_asks_and_a_no_changes_nothing(cli, empty_store):
     assert done.exit_code == 0, done.output
     assert parse_json(done)["to"] == "0029"
     assert migrate.current(empty_store) == "0029"
+
+
+def test_db_current_of_a_missing_file_is_not_found_as_status_says(cli, tmp_path):
+    missing = tmp_path / "nothing-here.db"
+    for args in (["db", "current"], ["--json", "db", "current"], ["status"]):
+        result = cli(missing, *args)
+        assert result.exit_code == 3, (args, result.output)
+    assert parse_json(cli(missing, "--json", "db", "current"))["exists"] is False
+    assert not missing.exists()  # read-only: nothing was created
 
 
 def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head_templates):

@@ -204,6 +204,73 @@ def test_a_missing_database_is_not_found_and_says_how_to_create_it(cli, pg_serve
         assert SECRET not in result.output
 
 
+def test_db_current_of_a_missing_database_is_not_found_as_status_says(cli, pg_server):
+    url = pg_server.url("no_such_database")
+    for args in (["db", "current"], ["--json", "db", "current"], ["status"]):
+        result = cli(url, *args)
+        assert result.exit_code == 3, (args, result.output)
+    assert parse_json(cli(url, "--json", "db", "current"))["exists"] is False
+
+
+def test_db_check_reports_a_missing_full_text_index(cli, pg_store, pg_server):
+    assert cli(pg_store, "db", "check").exit_code == 0
+    with pg_server.connect(sa.engine.make_url(pg_store).database) as conn:
+        conn.execute("DROP INDEX messages_fts_trigram")
+    result = cli(pg_store, "db", "check")
+    assert result.exit_code == 1, result.output
+    text = flat(result.stdout)
+    assert "full-text index: messages_fts_trigram: missing" in text
+    data = parse_json(cli(pg_store, "--json", "db", "check"))
+    assert data["ok"] is False and data["drift"] == []
+    assert [item.split(":")[0] for item in data["full_text"]] == ["messages_fts_trigram"]
+
+
+# --------------------------------------------------------------------------- URL and TLS mistakes
+
+
+def test_a_misspelled_url_option_is_named_not_reported_as_an_unreachable_server(cli, pg_store):
+    from hermes_store.errors import DatabaseURLError
+
+    url = f"{pg_store}&sslmod=require"
+    with pytest.raises(DatabaseURLError, match="sslmod.*did you mean sslmode"):
+        SessionDB(url)
+    result = cli(url, "status")
+    assert result.exit_code == 2, result.output
+    text = flat(result.stderr)
+    assert "did you mean sslmode" in text and "cannot reach" not in text
+
+
+def test_tls_required_of_a_server_without_it_is_not_a_wrong_password(cli, pg_server, pg_url):
+    """``sslmode=require`` against a server (here a PgBouncer on loopback TCP, in front of
+    the suite's server) that does not do TLS: says so, and what to change."""
+    import socket
+
+    from support.pgbouncer import PgBouncer, find_binary
+
+    from hermes_store.errors import UnsupportedServerError
+
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bouncer = PgBouncer(find_binary(), pg_server, "session", settings={"listen_addr": "127.0.0.1"})
+    bouncer.port = port
+    bouncer.start()
+    try:
+        database = sa.engine.make_url(pg_url).database
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}?sslmode=require"
+        with pytest.raises(UnsupportedServerError) as err:
+            SessionDB(url)
+        message = str(err.value)
+        assert "does not accept TLS" in message and "sslmode" in message
+        assert "password" not in message
+        with SessionDB(url.replace("require", "disable")) as db:  # the same server, plain
+            assert db.session_count() == 0
+        result = cli(url, "status")
+        assert result.exit_code == 8 and "does not accept TLS" in flat(result.stderr)
+    finally:
+        bouncer.stop()
+
+
 # --------------------------------------------------------------------------- the environment
 
 
@@ -325,6 +392,7 @@ COMMAND_ARGS: dict[tuple[str, ...], list[str]] = {
     ("db", "check"): [],
     ("db", "backup"): ["backup.db"],
     ("db", "copy"): ["{url}", "copy.db"],
+    ("db", "grant"): ["hermes_rt"],
     ("sessions", "list"): [],
     ("sessions", "show"): ["x"],
     ("sessions", "lineage"): ["x"],
@@ -417,19 +485,20 @@ def test_an_import_keeps_ids_and_later_appends_get_new_ones(cli, pg_store, head_
 
 
 def test_an_import_takes_the_unit_lock_of_a_server(cli, pg_store, tmp_path):
-    # An import batch reads ids and titles, then writes: like every such unit it runs
-    # alone under the store's unit lock. While another unit holds it for longer than the
-    # lock wait, the import stops as busy (exit 6, as BEGIN IMMEDIATE does on a file)
-    # and writes nothing; once the lock is free it goes through.
+    # An import batch reads ids and titles across the store, then writes: it runs alone
+    # (the store's lock, exclusively). While a unit of one session stays in flight for
+    # longer than the lock wait, the import stops as busy (exit 6, as BEGIN IMMEDIATE
+    # does on a file) and writes nothing; once that unit is done it goes through.
+    from hermes_store import unit_locks
     from hermes_store.backends.postgresql import locks as pg_locks
-    from hermes_store.backends.postgresql import engine as postgres
 
     export = tmp_path / "one.jsonl"
     assert cli(pg_store, "sessions", "export", "fx_20260101_tg_cjk", "--output", export).exit_code == 0
     export.write_text(export.read_text().replace("fx_20260101_tg_cjk", "copied"))
     with SessionDB(pg_store) as holder, holder.engine.connect() as conn:
         conn.begin()
-        pg_locks.lock_unit(conn, exclusive=True)  # a unit in flight elsewhere
+        # a unit of one session in flight elsewhere
+        pg_locks.lock_unit(conn, unit_locks.sessions("elsewhere"), unit_locks.HeldLocks())
         busy = cli(pg_store, "sessions", "import", export)
         conn.rollback()
     assert busy.exit_code == 6, busy.output

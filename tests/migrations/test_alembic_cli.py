@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import sqlalchemy as sa
+
 from mig_helpers import file_digest, fts_integrity_errors, fts_tables, connect_ro, run_alembic
 
 from hermes_store import migrate
@@ -73,3 +75,43 @@ def test_a_database_the_cli_creates_is_private_to_its_owner(tmp_path):
     result = run_alembic("upgrade", "0001", db=db, home=tmp_path)
     assert result.returncode == 0, result.stderr
     assert db.stat().st_mode & 0o777 == 0o600
+
+
+# --------------------------------------------------------------------------- alembic check
+
+
+def _alembic_check(db, home):
+    result = run_alembic("check", db=db, home=home)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_alembic_check_compares_a_file_and_reports_drift(tmp_path):
+    db = tmp_path / "state.db"
+    migrate.upgrade(db)
+    clean = _alembic_check(db, tmp_path)
+    assert clean.returncode == 0 and "No new upgrade operations detected" in clean.stdout
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX idx_messages_session")
+    drifted = _alembic_check(db, tmp_path)
+    assert drifted.returncode != 0
+    assert "New upgrade operations detected" in drifted.stderr
+    assert "idx_messages_session" in drifted.stderr
+    assert migrate.current(db) == migrate.head()  # compared, never migrated
+
+
+def test_alembic_check_compares_a_server_database_and_reports_drift(pg_url, pg_server, tmp_path):
+    clean = _alembic_check(pg_url, tmp_path)
+    assert clean.returncode == 0 and "No new upgrade operations detected" in clean.stdout
+    with pg_server.connect(sa.engine.make_url(pg_url).database) as conn:
+        conn.execute("DROP INDEX idx_messages_session")
+    drifted = _alembic_check(pg_url, tmp_path)
+    assert drifted.returncode != 0
+    assert "New upgrade operations detected" in drifted.stderr
+    assert "idx_messages_session" in drifted.stderr
+
+
+def test_alembic_check_of_an_empty_database_creates_nothing(pg_empty_url, tmp_path):
+    result = _alembic_check(pg_empty_url, tmp_path)
+    assert result.returncode != 0 and "not up to date" in result.stderr
+    assert migrate.current(pg_empty_url) is None

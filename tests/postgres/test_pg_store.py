@@ -255,41 +255,53 @@ def test_more_threads_than_connections_wait_for_the_pool(pg_url):
 # --------------------------------------------------------------------------- transaction modes
 
 
-def test_each_door_runs_in_its_transaction_mode(pg_url):
-    from psycopg import IsolationLevel
+def _in_force(conn) -> tuple:
+    """What the server says holds for the statement run on ``conn`` now."""
+    return tuple(conn.exec_driver_sql(
+        "SELECT current_setting('transaction_isolation'), "
+        "current_setting('transaction_read_only'), current_setting('lock_timeout'), "
+        "transaction_timestamp() = statement_timestamp()").one())
 
+
+def test_each_door_runs_in_its_transaction_mode(pg_url):
     seen: list = []
 
     def record(conn, cursor, statement, parameters, context, executemany):
-        dbapi = conn.connection.dbapi_connection
-        seen.append((statement, dbapi.autocommit, dbapi.isolation_level, dbapi.read_only))
+        seen.append((statement, conn.connection.dbapi_connection.autocommit))
 
-    with SessionDB(pg_url) as db:
+    with SessionDB(pg_url, retry=RetryPolicy(busy_timeout=0.75)) as db:
         db.create_session("s", "cli")
         sa.event.listen(db.engine, "before_cursor_execute", record)
         db.get_session("s")  # one statement: autocommit, one round trip
         single = seen[-1]
-        with db._read() as conn:  # a snapshot
+        with db._read() as conn:  # a snapshot, begun at once
+            begin = seen[-1]
             conn.execute(sa.select(META.c.key)).all()
-        snapshot = seen[-1]
-        db.set_meta("k", "v")  # a write unit: the unit lock, then the upsert
-        lock, upsert = seen[-2:]
+            snapshot = _in_force(conn)
+        del seen[:]
+        db.set_meta("k", "v")  # a write unit: BEGIN with its settings, the lock, the upsert
+        unit_begin, lock, upsert = seen[:3]
+        unit = db._units.run(_in_force)
     assert single[0].startswith("SELECT") and single[1] is True
-    assert snapshot[1:] == (False, IsolationLevel.REPEATABLE_READ, True)
+    assert begin[0] == "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    assert snapshot == ("repeatable read", "on", "0", False)
+    assert unit_begin[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE; "
+                             "SET LOCAL lock_timeout = 750")
     assert "pg_advisory_xact_lock(" in lock[0] and upsert[0].startswith("INSERT")
-    assert lock[1:] == upsert[1:] == (False, IsolationLevel.READ_COMMITTED, False)
+    assert unit == ("read committed", "off", "750ms", False)
 
 
 def test_a_search_takes_a_snapshot_only_when_it_reads_more_than_one_statement(pg_url):
-    from psycopg import IsolationLevel
+    from psycopg.pq import TransactionStatus
 
     seen: list = []
 
     def record(conn, cursor, statement, parameters, context, executemany):
         dbapi = conn.connection.dbapi_connection
-        what = ("catalog" if "pg_class" in statement
+        what = ("catalog" if "pg_class" in statement else "begin" if statement.startswith("BEGIN")
                 else "ids" if statement.split()[1:3] == ["messages.id", "FROM"] else "rows")
-        seen.append((what, "autocommit" if dbapi.autocommit else dbapi.isolation_level))
+        idle = dbapi.info.transaction_status == TransactionStatus.IDLE
+        seen.append((what, "autocommit" if idle else "snapshot"))
 
     with SessionDB(pg_url) as db:
         db.create_session("s", "cli")
@@ -309,8 +321,8 @@ def test_a_search_takes_a_snapshot_only_when_it_reads_more_than_one_statement(pg
         seen.clear()
         # no word matches: the trigram index is tried, in one snapshot with the first try
         assert len(db.search_messages("youer")) == 1
-        assert [mode for _, mode in seen] == ["autocommit"] + [
-            IsolationLevel.REPEATABLE_READ] * 2
+        assert [mode for _, mode in seen] == ["autocommit"] * 2 + ["snapshot"] * 2
+        assert seen[1][0] == "begin"  # BEGIN … REPEATABLE READ READ ONLY (test above)
         assert db.engine.pool.checkedout() == 0
 
 
@@ -373,30 +385,37 @@ def test_the_kept_index_answer_is_checked_again_once_the_fts_layer_is_gone(pg_ur
 # --------------------------------------------------------------------------- the unit lock
 
 
-def test_concurrent_units_run_side_by_side_and_others_wait(pg_url):
+def test_scoped_units_run_side_by_side_and_a_store_unit_waits_for_them(pg_url):
+    from hermes_store import unit_locks
+
     quick = RetryPolicy(attempts=200, busy_timeout=0.05, jitter_min=0.001, jitter_max=0.005)
     with SessionDB(pg_url, retry=quick) as db:
         for sid in ("held", "other"):
             db.create_session(sid, "cli")
         inside, release = threading.Event(), threading.Event()
 
-        def long_append(conn):  # a concurrent unit that stays open
+        def long_append(conn):  # a unit of session "held" that stays open
             conn.execute(sa.update(schema.sessions).where(schema.sessions.c.id == "held")
                          .values(message_count=schema.sessions.c.message_count + 1))
             inside.set()
             release.wait(30)
 
         holder = threading.Thread(target=db._write, args=(long_append,),
-                                  kwargs={"concurrent": True})
+                                  kwargs={"locks": unit_locks.sessions("held")})
         holder.start()
         assert inside.wait(30)
         before = db._units.retries
-        db.append_message("other", "user", "beside it")  # concurrent: no wait at all
+        db.append_message("other", "user", "beside it")  # another session: no wait at all
+        db.set_meta("k", "beside it too")  # one upsert (ROWS): no wait either
         assert db._units.retries == before
-        waiter = threading.Thread(target=db.set_meta, args=("k", "after"))  # runs alone
+
+        def alone(conn):  # a unit that names nothing runs alone (STORE)
+            conn.execute(sa.update(META).where(META.c.key == "k").values(value="after"))
+
+        waiter = threading.Thread(target=db._write, args=(alone,))
         waiter.start()
         waiter.join(0.5)
-        assert waiter.is_alive() and db.get_meta("k") is None
+        assert waiter.is_alive() and db.get_meta("k") == "beside it too"
         release.set()
         holder.join(30)
         waiter.join(30)

@@ -372,4 +372,6 @@ def store_target(request, backend, tmp_path):
     URL of a fresh database on the suite's throwaway PostgreSQL server."""
     if backend == "sqlite":
         return fresh_store_file(tmp_path / "state.db")
-    return request.getfixturevalue("pg_url")
+    from support.pgbouncer import through_pooler
+
+    return through_pooler(request, backend, request.getfixturevalue("pg_url"))

@@ -4,16 +4,20 @@ Three writer processes (``workers/restart_writer.py``), each with one SessionDB 
 never reopens, append, account tokens and read in a loop while the suite's server is
 restarted (``pg_ctl restart -m fast``: every session is ended with SQLSTATE 57P01;
 ``-m immediate``: the server's processes are killed and it recovers from its log at
-start) or stopped for longer than a write unit's retry budget and started again.
+start) or stopped for longer than the store's outage budget (``RetryPolicy
+.outage_timeout``, 1 s for this case) and started again.
 
 What each writer may see for a call: it returns (an append's id must then be stored
 exactly once), or it raises one of the package's errors, only these two:
 
 * ``ServerUnreachableError``, naming the database with its password masked, after the
-  unit was re-run on fresh connections until the retry budget ran out — nothing of it
-  is stored;
+  unit was re-run on fresh connections until the outage budget ran out — nothing of it
+  is stored; only when the server stayed away past the budget;
 * ``CommitOutcomeUnknownError`` when the connection died while COMMIT was on its way —
   the message is stored at most once (never re-run, so never twice).
+
+A restart within the budget fails no other call (issue 17, item 2): here, and with four
+writers and two readers, directly and through PgBouncer, in the last test.
 
 Any other exception ends the worker with a traceback and fails the test. Afterwards no
 half unit is visible (counters and token totals equal their rows), and every writer
@@ -105,7 +109,11 @@ def test_writers_fail_clearly_or_carry_on_through_a_server_restart(pg_server, pg
         db.create_session(SHARED, source="gateway")
     resident = SessionDB(url)  # opened before the fault, used after it
     assert resident.get_session(SHARED) is not None  # the pool now holds a connection
-    workers = [Collector(rs.spawn("restart_writer", url, w, SHARED, stdin=subprocess.PIPE))
+    # the store's outage budget (30 s) outlasts a restart; to see a server that stays
+    # away past it, the writers get 1 s
+    budget = ("1.0",) if fault == "down-then-up" else ()
+    workers = [Collector(rs.spawn("restart_writer", url, w, SHARED, *budget,
+                                  stdin=subprocess.PIPE))
                for w in range(WRITERS)]
     stderr: list[str] = []
     try:
@@ -141,6 +149,8 @@ def test_writers_fail_clearly_or_carry_on_through_a_server_restart(pg_server, pg
     lines = [line for w in workers for line in w.lines]
     errors = [line for line in lines if "error" in line]
     assert {e["error"] for e in errors} <= {"ServerUnreachableError", "CommitOutcomeUnknownError"}
+    if fault != "down-then-up":  # within the outage budget: only a COMMIT on its way
+        assert {e["error"] for e in errors} <= {"CommitOutcomeUnknownError"}
     assert all(e["op"] in UNITS for e in errors if e["error"] == "CommitOutcomeUnknownError")
     for e in errors:
         assert PASSWORD not in e["message"]
@@ -181,3 +191,89 @@ def test_writers_fail_clearly_or_carry_on_through_a_server_restart(pg_server, pg
     print(f"\n{fault}: {len(ok)} appends stored, {sum(d['retries'] for d in done)} units re-run, "
           f"errors {dict(Counter(e['error'] for e in errors))}, unknown outcomes stored: "
           f"{len(unknown & set(stored))} of {len(unknown)}")
+
+
+# --------------------------------------------------------------------------- riding it out
+
+RIDERS, READERS = 4, 2
+
+
+@pytest.mark.parametrize("through", ["direct", "pgbouncer-transaction", "pgbouncer-session"])
+def test_a_restart_amid_four_writers_and_two_readers_fails_no_call(request, pg_server, pg_url,
+                                                                   through):
+    """Issue 17, item 2: ``pg_ctl restart -m fast`` while four writer and two reader
+    processes run, each on one store it opened before and never reopens, directly and
+    through PgBouncer in both pool modes. The outage (a few seconds) is shorter than the
+    outage budget (``RetryPolicy.outage_timeout``, 30 s): reads are re-run on fresh
+    connections, writes lost before COMMIT too, so no call fails — but the rare write
+    whose COMMIT was on its way (``CommitOutcomeUnknownError``, stored at most once);
+    nothing is lost or stored twice, every counter equals its rows."""
+    database = sa.engine.make_url(pg_url).database
+    # durable commits for this database's sessions (the suite's server runs without);
+    # a setting of the database, since a pooler refuses startup options
+    pg_server.admin(f'ALTER DATABASE "{database}" SET synchronous_commit = on')
+    url = pg_url
+    if through != "direct":
+        url = request.getfixturevalue(f"pgbouncer_{through.split('-')[1]}").through(pg_url)
+    with SessionDB(url) as db:
+        db.create_session(SHARED, source="gateway")
+    writers = [Collector(rs.spawn("restart_writer", url, w, SHARED, stdin=subprocess.PIPE))
+               for w in range(RIDERS)]
+    readers = [Collector(rs.spawn("restart_reader", url, SHARED, stdin=subprocess.PIPE))
+               for _ in range(READERS)]
+    workers = writers + readers
+    stderr: list[str] = []
+    try:
+        _wait_until(lambda: all(w.count(ok=...) >= 10 for w in workers), "every worker to run")
+        pg_server.restart("fast")
+        after = [len(w.lines) for w in workers]
+        _wait_until(lambda: all(w.count(n, ok=...) >= 10 for w, n in zip(workers, after)),
+                    "every worker to carry on after the restart")
+    finally:
+        for w in workers:
+            stderr.append(w.close())
+    for w, err in zip(workers, stderr):
+        assert w.proc.returncode == 0, f"an error the package did not translate:\n{err}"
+
+    lines = [line for w in workers for line in w.lines]
+    failed = [line for line in lines if "error" in line]
+    # The one outcome left to report (D13): a write whose COMMIT was on its way when the
+    # server ended its session — the server's goodbye is looked for just before COMMIT
+    # is sent, and a restart that lands between the look and the send (a writer
+    # descheduled there, on a loaded machine; through a pooler, the goodbye relayed)
+    # cannot be told from a commit that happened. Seen in 2 of 16 runs. Anything else
+    # fails the test.
+    unknown = [f for f in failed
+               if f["error"] == "CommitOutcomeUnknownError" and f["op"] in UNITS]
+    assert [f for f in failed if f not in unknown] == [], \
+        f"calls failed through the restart: {failed[:5]}"
+    done = [line for w in writers for line in w.lines if line.get("done")]
+    assert len(done) == RIDERS and sum(d["retries"] for d in done) > 0  # the restart hit
+    assert all(any(line.get("done") and line["snapshots"] > 0 for line in r.lines)
+               for r in readers)
+
+    # every append reported is stored exactly once, nothing else is (an unknown one at
+    # most once)
+    appended = [line for w in writers for line in w.lines if line.get("op") == "append"]
+    rows = rs.message_ids(pg_url)
+    for a in appended:
+        if "ok" in a:
+            assert rows[a["ok"]] == (a["session"], a["marker"])
+    stored = Counter(content for _, content in rows.values())
+    assert all(n == 1 for n in stored.values()), "a message was stored twice"
+    ok = {a["marker"] for a in appended if "ok" in a}
+    maybe = {a["marker"] for a in appended if a.get("error")}
+    assert ok <= set(stored) <= ok | maybe
+    # counters exact; token totals exact but for an unknown outcome's
+    assert rs.counter_mismatches(pg_url) == []
+    assert rs.token_mismatches(pg_url) == []
+    usage = [line for w in writers for line in w.lines if line.get("op") == "usage"]
+    tokens = rs.session_tokens(pg_url)
+    for session in {f"r{w}" for w in range(RIDERS)} | {SHARED}:
+        accounted = sum(5 for u in usage if u["session"] == session and "ok" in u)
+        unsure = sum(5 for u in usage if u["session"] == session and "error" in u)
+        assert accounted <= tokens[session] <= accounted + unsure
+    print(f"\nrestart amid 4 writers + 2 readers ({through}): {len(ok)} appends, "
+          f"{len(lines) - len(appended)} other calls, {sum(d['retries'] for d in done)} "
+          f"units re-run, {len(failed) - len(unknown)} calls failed, "
+          f"{len(unknown)} unknown outcome(s) of a COMMIT on its way")

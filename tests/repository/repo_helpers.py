@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from support.pgbouncer import through_pooler
 
 from hermes_store import SessionDB, schema
 
@@ -57,7 +58,9 @@ def db_path(tmp_path):
 
 @pytest.fixture
 def backend(request) -> str:
-    """The engine under test: "sqlite" or "postgresql" (parametrized by conftest)."""
+    """The engine under test: "sqlite", "postgresql", or a database on the server
+    reached through PgBouncer, "pgbouncer-transaction"/"pgbouncer-session"
+    (parametrized by conftest)."""
     return getattr(request, "param", "sqlite")
 
 
@@ -66,7 +69,7 @@ def db_target(request, backend):
     """What ``db`` opens: a copied head file, or a PostgreSQL URL at head."""
     if backend == "sqlite":
         return request.getfixturevalue("db_path")
-    return request.getfixturevalue("pg_url")
+    return through_pooler(request, backend, request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def other_target(request, backend, tmp_path):
     server, template = request.getfixturevalue("pg_server"), request.getfixturevalue("pg_template")
     name = template.take()
     request.addfinalizer(lambda: template.give_back(name))
-    return server.url(name)
+    return through_pooler(request, backend, server.url(name))
 
 
 @pytest.fixture

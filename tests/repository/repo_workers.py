@@ -85,3 +85,24 @@ def claim_titles(path: str, session_id: str, rounds: int, barriers, results) -> 
             outcomes.append(str(exc))
     results.put((session_id, outcomes))
     db.close()
+
+
+def number_title(path: str, session_id: str, base: str, barrier, results) -> None:
+    """Give ``session_id`` the next free title of ``base``'s lineage (``base``, ``base #2``
+    …), all processes released together: read the next number, claim it, and on a
+    collision (another process claimed that number first) read again. Reports the
+    title won and the collisions met."""
+    from hermes_store import TitleError
+
+    db = SessionDB(path)
+    barrier.wait(60)
+    collisions = 0
+    for _ in range(100):
+        title = db.get_next_title_in_lineage(base)
+        try:
+            db.set_session_title(session_id, title)
+            break
+        except TitleError:
+            collisions += 1
+    results.put((session_id, db.get_session(session_id)["title"], collisions))
+    db.close()

@@ -257,3 +257,27 @@ def test_processes_claiming_one_title_at_once_one_wins(db_target, claimers):
         assert db.get_session_by_title(f"Deploy {rounds - 1}")["id"] == won[0]
         others = [f"claimer-{n}" for n in range(claimers) if f"claimer-{n}" != won[0]]
         assert all(db.get_session(sid)["title"] != f"Deploy {rounds - 1}" for sid in others)
+
+
+def test_processes_numbering_titles_of_one_lineage_at_once_get_distinct_numbers(db_target):
+    # Lineage numbering (``get_next_title_in_lineage``) reads; the claim decides: four
+    # processes numbering their own sessions off one base at once end with the base and
+    # #2..#4, each exactly once, whichever claim met which (a collision is re-read).
+    claimers = 4
+    with SessionDB(db_target) as db:
+        for n in range(claimers):
+            db.create_session(f"numbered-{n}", "cli")
+    barrier, results = SPAWN.Barrier(claimers), SPAWN.Queue()
+    workers = [SPAWN.Process(target=repo_workers.number_title,
+                             args=(str(db_target), f"numbered-{n}", "Deploy", barrier, results))
+               for n in range(claimers)]
+    for w in workers:
+        w.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    titles = sorted(title for _, title, _ in outcomes)
+    assert titles == ["Deploy", "Deploy #2", "Deploy #3", "Deploy #4"], outcomes
+    with SessionDB(db_target) as db:
+        assert sorted(db.get_session(f"numbered-{n}")["title"] for n in range(claimers)) == titles

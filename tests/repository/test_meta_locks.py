@@ -48,7 +48,7 @@ def test_expired_lock_is_reclaimed(db):
 
 
 def test_lock_failure_is_fail_closed(db, monkeypatch):
-    def broken(fn):
+    def broken(fn, **locks):
         raise sa.exc.OperationalError("INSERT", {}, Exception("disk I/O error"))
 
     monkeypatch.setattr(db, "_write", broken)

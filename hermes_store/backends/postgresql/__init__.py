@@ -120,10 +120,10 @@ class PostgresqlBackend(Backend):
 
     # ------------------------------------------------------------------ units
 
-    def lock_unit(self, conn, *, exclusive: bool) -> None:
+    def lock_unit(self, conn, locks, held) -> None:
         from .locks import lock_unit
 
-        lock_unit(conn, exclusive=exclusive)
+        lock_unit(conn, locks, held)
 
     def session_ended(self, conn):
         from .engine import session_ended

@@ -11,6 +11,14 @@ PostgreSQL URL is used (a default install never imports psycopg).
 ``session_ended(conn)``
     Asked just before COMMIT: whether the server already ended the session (a restart),
     without a round trip.
+``behind_pooler(dbapi_conn)``
+    Whether a connection reaches the server through a pooler (PgBouncer…): then it
+    prepares no statements (decision D16).
+
+Nothing is set on a session (no startup ``options``, no ``SET``): a transaction pooler
+refuses the first and lends the second to other clients. What must hold — the lock
+wait, a read-only store's access mode, a snapshot's isolation — is in each
+transaction's own BEGIN (:func:`write_begin`, :data:`SNAPSHOT_BEGIN`).
 """
 
 from __future__ import annotations
@@ -87,9 +95,12 @@ def create_engine(
     Pool sizes come from the arguments, else the URL's query (``?pool_size=10``), else
     5 + 10 overflow. ``lock_timeout`` (seconds) bounds every wait for a row or advisory
     lock: the wait ends with SQLSTATE 55P03, which the write-unit runner retries like
-    SQLite's busy timeout. ``read_only`` makes every transaction of every connection
-    read-only on the server (``default_transaction_read_only``), so a write that gets
-    past the store's own check still fails.
+    SQLite's busy timeout; it is set per transaction (``SET LOCAL``, :func:`write_begin`),
+    as is ``read_only`` — every transaction the store begins is read-only on the server,
+    so a write that gets past the store's own check still fails. Nothing is set on the
+    session, so both hold behind a transaction pooler (decision D16).
+    ``?prepare_threshold=`` in the URL sets psycopg's prepared statements (else
+    :func:`behind_pooler` decides per connection).
 
     ``pool_pre_ping=True`` adds SQLAlchemy's ping (a round trip) to every checkout;
     by default the checkout check (:func:`_check_on_checkout`) pings only connections
@@ -100,6 +111,7 @@ def create_engine(
     require_driver(target)
     target, pool = pool_settings(target, pool_size=pool_size, max_overflow=max_overflow,
                                  pool_timeout=pool_timeout)
+    target, prepare = prepare_setting(target)
     connect_args = {}
     if "connect_timeout" not in target.url.query:
         connect_args["connect_timeout"] = connect_timeout
@@ -108,28 +120,85 @@ def create_engine(
     # Text is UTF-8 both ways, whatever the server's default (a SQL_ASCII database would
     # otherwise hand back bytes; check_server then refuses it with a clear message).
     connect_args["client_encoding"] = "utf8"
-    # Session settings travel in the startup packet: no round trip per new connection.
-    settings = []
-    if lock_timeout is not None:
-        settings.append(f"-c lock_timeout={max(1, int(lock_timeout * 1000))}")
-    if read_only:
-        settings.append("-c default_transaction_read_only=on")
-    if settings:
-        given = target.url.query.get("options")
-        connect_args["options"] = " ".join(([given] if given else []) + settings)
+    # No session settings (startup ``options``, SET): a transaction pooler refuses the
+    # first and mixes the second between clients. What must hold is set per transaction
+    # by the begin hook (lock_timeout, the access mode).
     kwargs = {"poolclass": poolclass} if poolclass is not None else pool
     engine = sa.create_engine(
         target.url, connect_args=connect_args, pool_pre_ping=pool_pre_ping, **kwargs
     )
-    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "connect", _connect_hook(prepare))
     event.listen(engine, "checkout", _check_on_checkout)
     event.listen(engine, "checkin", _on_checkin)
-    event.listen(engine, "begin", _begin_hook(read_only))
+    event.listen(engine, "begin", _begin_hook(read_only, lock_timeout))
     return engine
 
 
-def _on_connect(dbapi_conn, _record) -> None:
-    install_text_codec(dbapi_conn)
+#: URL query key for psycopg's server-side prepared statements: a number of executions
+#: after which a statement is prepared, or ``none`` (never). Taken out of the URL (psycopg
+#: would get a string: a bare TypeError) and applied to every connection.
+PREPARE_QUERY_KEY = "prepare_threshold"
+#: no setting in the URL: decided per connection (:func:`behind_pooler`)
+DETECT = "detect"
+
+
+def prepare_setting(target: Target) -> tuple[Target, object]:
+    """The target without ``prepare_threshold`` in its query, and the setting: an int,
+    None (never prepare) or :data:`DETECT`."""
+    query = dict(target.url.query)
+    if PREPARE_QUERY_KEY not in query:
+        return target, DETECT
+    raw = query.pop(PREPARE_QUERY_KEY)
+    text = str(raw[-1] if isinstance(raw, tuple) else raw).strip().lower()
+    if text in ("none", "off", "no", "false", "never", ""):
+        value = None
+    else:
+        try:
+            value = int(text)
+        except ValueError:
+            raise errors.DatabaseURLError(
+                f"{target.display}: prepare_threshold={raw!r} in the URL is neither a number "
+                "of executions nor 'none' (never prepare: what a transaction pooler needs)"
+            ) from None
+        if value < 0:
+            raise errors.DatabaseURLError(
+                f"{target.display}: prepare_threshold={raw!r} in the URL must be 0 or more, "
+                "or 'none'")
+    return Target(target.backend, target.url.set(query=query), target.path, target.source), value
+
+
+def behind_pooler(dbapi_conn) -> bool:
+    """Whether a connection reaches the server through a pooler or proxy (PgBouncer,
+    a managed service's pooled URL): the backend pid announced at startup (the cancel
+    key's, ``BackendKeyData``) is not the pid of the server process that answers. A
+    pooler must hand out keys of its own, since the server process behind a client
+    changes; a direct connection announces its own. One round trip."""
+    announced = dbapi_conn.pgconn.backend_pid
+    autocommit = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True
+    try:
+        (actual,), = dbapi_conn.execute("SELECT pg_backend_pid()", prepare=False).fetchall()
+    finally:
+        dbapi_conn.autocommit = autocommit
+    return actual != announced
+
+
+#: key of a connection record's ``info``: True when :func:`behind_pooler` said so
+POOLED = "hermes_store.behind_pooler"
+
+
+def _connect_hook(prepare):
+    def on_connect(dbapi_conn, record) -> None:
+        install_text_codec(dbapi_conn)
+        if prepare is DETECT:
+            pooled = behind_pooler(dbapi_conn)
+            record.info[POOLED] = pooled
+            if pooled:  # a transaction pooler would mix them between clients
+                dbapi_conn.prepare_threshold = None
+        else:
+            dbapi_conn.prepare_threshold = prepare
+
+    return on_connect
 
 
 #: seconds a pooled connection may sit unused before its checkout pings the server
@@ -182,26 +251,50 @@ def _ping(dbapi_conn) -> str | None:
     return None
 
 
-def _begin_hook(read_only_store: bool):
-    """The transaction mode per ``hermes_begin`` (decision D13), set on the psycopg
-    connection just before it sends its implicit BEGIN (attributes only, no round trip):
+#: what begins a read snapshot: one snapshot for every statement of the block
+SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 
-    * ``"IMMEDIATE"`` (a write unit): READ COMMITTED, read-write. Rows a statement changes
-      are locked until COMMIT; what a unit reads then writes is kept consistent by the
-      unit lock (:func:`lock_unit`) rather than by a stricter level, so appends to one
-      session queue on its row instead of failing with serialization errors;
-    * ``"DEFERRED"`` (a read snapshot): REPEATABLE READ, READ ONLY — one snapshot for
-      every statement of the block (READ COMMITTED would take one per statement);
+
+def write_begin(*, read_only: bool, lock_timeout: float | None) -> tuple[str, ...]:
+    """The statements that begin a write unit's transaction: its isolation level and access
+    mode, and ``SET LOCAL lock_timeout`` — settings of this transaction alone, so they
+    hold behind a transaction pooler, which hands each transaction whatever server
+    session is free (decision D16). One simple query: one round trip, as psycopg's
+    own BEGIN."""
+    mode = "READ ONLY" if read_only else "READ WRITE"
+    statements = (f"BEGIN ISOLATION LEVEL READ COMMITTED {mode}",)
+    if lock_timeout is not None:
+        statements += (f"SET LOCAL lock_timeout = {max(1, int(lock_timeout * 1000))}",)
+    return statements
+
+
+def _begin_hook(read_only_store: bool, lock_timeout: float | None = None):
+    """The transaction mode per ``hermes_begin`` (decisions D13, D16):
+
+    * ``"IMMEDIATE"`` (a write unit): READ COMMITTED, read-write (read-only on a
+      read-only store), ``lock_timeout`` set for the transaction (:func:`write_begin`).
+      Rows a statement changes are locked until COMMIT; what a unit reads then writes is
+      kept consistent by the locks of what it decides on (``locks.lock_unit``) rather
+      than by a stricter level, so appends to one session queue on its lock instead of
+      failing with serialization errors;
+    * ``"DEFERRED"`` (a read snapshot): REPEATABLE READ, READ ONLY (:data:`SNAPSHOT_BEGIN`)
+      — one snapshot for every statement of the block (READ COMMITTED would take one per
+      statement);
+
+    both sent here, at once (one round trip, as psycopg's own BEGIN would be before the
+    first statement), on the connection in autocommit mode: psycopg then sends no BEGIN
+    of its own, COMMIT and ROLLBACK end the transaction as usual, and a connection that
+    is gone shows before the unit or the read has run any of its code;
     * ``None``: autocommit, for a single statement (one round trip instead of three)
       and for maintenance that cannot run in a transaction (VACUUM);
-    * no option: the server's defaults, unless SQLAlchemy's own ``isolation_level``
-      option manages the connection (``migration_lock``'s autocommit).
+    * no option: the server's default level, read-only on a read-only store, unless
+      SQLAlchemy's own ``isolation_level`` option manages the connection.
     """
-    from psycopg import IsolationLevel
-
-    read_committed, repeatable_read = IsolationLevel.READ_COMMITTED, IsolationLevel.REPEATABLE_READ
-    # None leaves the server default; on a read-only store that is "read only"
-    writable = None if read_only_store else False
+    begins = {
+        "IMMEDIATE": write_begin(read_only=read_only_store, lock_timeout=lock_timeout),
+        "DEFERRED": SNAPSHOT_BEGIN,
+    }
+    read_only_default = bool(read_only_store)
 
     def on_begin(conn) -> None:
         options = conn.get_execution_options()
@@ -212,20 +305,55 @@ def _begin_hook(read_only_store: bool):
             mode = "DEFAULT"
         else:
             mode = options[BEGIN_MODE]
-        if mode is None:
+        begin = begins.get(mode)
+        if begin is not None or mode is None:
             if not dbapi_conn.autocommit:
                 dbapi_conn.autocommit = True
+            if begin is not None:
+                _send_begin(conn, dbapi_conn, begin)
             return
         if dbapi_conn.autocommit:
             dbapi_conn.autocommit = False
-        if mode == "DEFERRED":
-            dbapi_conn.isolation_level, dbapi_conn.read_only = repeatable_read, True
-        elif mode == "IMMEDIATE":
-            dbapi_conn.isolation_level, dbapi_conn.read_only = read_committed, writable
-        else:
-            dbapi_conn.isolation_level, dbapi_conn.read_only = None, writable
+        dbapi_conn.isolation_level, dbapi_conn.read_only = None, read_only_default
 
     return on_begin
+
+
+def _send_begin(conn: sa.Connection, dbapi_conn, statements: tuple[str, ...]) -> None:
+    """Send a write unit's or a snapshot's BEGIN and its settings as one simple query
+    (several statements: never prepared, whatever the connection's
+    ``prepare_threshold``), the way ``engine.driver_execute`` sends a statement: the
+    cursor events see it, a driver error is raised as SQLAlchemy's, a lost connection is
+    invalidated. A dialect without the driver door sends them through Core instead."""
+    from ...driver import uses_driver
+
+    if not uses_driver(conn.dialect):
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+        return
+    import psycopg
+
+    text = "; ".join(statements)
+    dispatch = conn.dispatch
+    cursor = None
+    try:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            cursor = dbapi_conn.cursor()
+            for fn in dispatch.before_cursor_execute:
+                fn(conn, cursor, text, None, None, False)
+            cursor.execute(text, prepare=False)
+            for fn in dispatch.after_cursor_execute:
+                fn(conn, cursor, text, None, None, False)
+        else:
+            dbapi_conn.execute(text, prepare=False)
+    except psycopg.Error as exc:
+        dialect = conn.dialect
+        lost = dialect.is_disconnect(exc, dbapi_conn, cursor)
+        error = sa.exc.DBAPIError.instance(text, None, exc, psycopg.Error, dialect=dialect,
+                                           connection_invalidated=lost)
+        if lost:
+            conn.invalidate(error)
+        raise error from exc
 
 
 def session_ended(conn: sa.Connection) -> sa.exc.DBAPIError | None:
@@ -277,5 +405,6 @@ def _server_goodbye(pgconn) -> str | None:
 
 
 __all__ = ["APPLICATION_NAME", "DEFAULT_POOL_SIZE", "DEFAULT_MAX_OVERFLOW",
-           "PING_AFTER_IDLE", "POOL_QUERY_KEYS", "create_engine", "pool_settings",
-           "require_driver", "session_ended"]
+           "PING_AFTER_IDLE", "POOL_QUERY_KEYS", "PREPARE_QUERY_KEY", "SNAPSHOT_BEGIN",
+           "behind_pooler", "create_engine", "pool_settings", "prepare_setting",
+           "require_driver", "session_ended", "write_begin"]

@@ -3,7 +3,8 @@
 ``translate_error(exc, target)`` / ``pg_errors(target)``: driver errors → the package's
 errors (``hermes_store.errors``), which name the URL (password masked) and say what to
 do: unreachable server, refused login, missing database, lost connection, a privilege
-the role lacks. ``is_transient`` (serialization failure, deadlock, lock timeout) and
+the role lacks; a misspelled URL option, TLS the server does not offer, and a connection
+pooler's refusals, each naming the setting to change (decision D16). ``is_transient`` (serialization failure, deadlock, lock timeout) and
 ``is_connection_lost`` decide what ``units.WriteUnits`` re-runs.
 """
 
@@ -23,7 +24,7 @@ from ...location import Target
 _MISSING_DATABASE = re.compile(r'database "[^"]*" does not exist')
 _ACCESS_DENIED = re.compile(
     r"password authentication failed|role \"[^\"]*\" does not exist|no pg_hba\.conf entry"
-    r"|permission denied|authentication failed|password|SSL .*required",
+    r"|permission denied|authentication failed|password",
     re.IGNORECASE,
 )
 _CONNECTION_LOST = re.compile(
@@ -66,7 +67,57 @@ def is_connection_lost(exc: BaseException) -> bool:
     sqlstate = sqlstate_of(orig)
     if sqlstate:
         return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
-    return type(orig).__name__ == "OperationalError"
+    if type(orig).__name__ != "OperationalError":
+        return False
+    # a refusal that no fresh connection cures (a wrong password, a missing database, a
+    # URL option, TLS, a pooler's parameter) is reported at once, not ridden out
+    text = " ".join(str(orig).split())
+    return not any(p.search(text) for p in _REFUSALS)
+
+
+_BAD_OPTION = re.compile(r'invalid connection option "([^"]*)"')
+_TLS_REFUSED = re.compile(r"server does not support SSL, but SSL was required", re.IGNORECASE)
+_STARTUP_PARAMETER = re.compile(r"unsupported startup parameter: (\S+)")
+_PREPARED_MIXED = re.compile(r'prepared statement "_pg3_[^"]*" (does not exist|already exists)'
+                             r'|bind message supplies \d+ parameters, but prepared statement "_pg3_')
+#: PgBouncer's own refusals (its texts), and the setting each one names
+_POOLER_REFUSALS = (
+    (re.compile(r"no more connections allowed \(max_client_conn\)"),
+     "the connection pooler has no room for another client (its max_client_conn); raise "
+     "max_client_conn, or lower the pool sizes of the processes sharing it"),
+    (re.compile(r"pgbouncer cannot connect to server|server login has been failing"),
+     "the connection pooler cannot reach or log in to the server behind it; check the "
+     "host, port and credentials of this database in the pooler's [databases] section "
+     "and that the server is running"),
+    (re.compile(r"query_wait_timeout"),
+     "the connection pooler found no free server connection in time (its "
+     "query_wait_timeout); raise its default_pool_size or max_db_connections, or lower "
+     "the number of clients"),
+    (re.compile(r"no such database: "),
+     "the connection pooler does not know this database; add it to the pooler's "
+     "[databases] section (or a `*` fallback entry)"),
+)
+
+
+#: connect-time refusals that are not an outage (``is_connection_lost`` says no)
+_REFUSALS = (_MISSING_DATABASE, _ACCESS_DENIED, _BAD_OPTION, _TLS_REFUSED,
+             _STARTUP_PARAMETER, re.compile(r"no such database: "))
+
+
+def _url_option_error(name: str, where: str) -> errors.DatabaseURLError:
+    """A misspelled or unknown libpq option in the URL's query (``?sslmod=require``)."""
+    import difflib
+
+    from psycopg import pq
+
+    known = [d.keyword.decode() for d in pq.Conninfo.get_defaults()]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return errors.DatabaseURLError(
+        f"{where}: the URL's query names {name!r}, which is not a PostgreSQL connection "
+        f"option{hint} (libpq's options: sslmode, connect_timeout, host, application_name, "
+        "…; hermes_store's own: pool_size, max_overflow, pool_timeout, prepare_threshold)"
+    )
 
 
 def translate_error(exc: BaseException, target: object) -> errors.HermesStoreError | None:
@@ -79,6 +130,35 @@ def translate_error(exc: BaseException, target: object) -> errors.HermesStoreErr
     text = " ".join(str(orig).split())
     sqlstate = getattr(orig, "sqlstate", None) or ""
     where = str(target)
+    bad_option = _BAD_OPTION.search(text)
+    if bad_option:
+        return _url_option_error(bad_option.group(1), where)
+    if _TLS_REFUSED.search(text):
+        return errors.UnsupportedServerError(
+            f"{where}: the server does not accept TLS (SSL) connections, and the URL's "
+            f"sslmode requires one ({text}); turn on ssl in the server's (or pooler's) "
+            "configuration, or use sslmode=prefer or disable where the network is trusted"
+        )
+    parameter = _STARTUP_PARAMETER.search(text)
+    if parameter:
+        name = parameter.group(1)
+        return errors.UnsupportedServerError(
+            f"{where}: a connection pooler in front of the server refused the startup "
+            f"parameter {name!r} ({text}). It comes from the URL ({name}=…), not from "
+            "hermes_store: remove it from the URL, or list it in the pooler's "
+            "ignore_startup_parameters (PgBouncer), which drops what it sets"
+        )
+    for pattern, hint in _POOLER_REFUSALS:
+        if pattern.search(text):
+            kind = (errors.StoreNotFoundError if "no such database" in pattern.pattern
+                    else errors.ServerUnreachableError)
+            return kind(f"{where}: {hint} ({text})")
+    if _PREPARED_MIXED.search(text):
+        return errors.UnsupportedServerError(
+            f"{where}: a connection pooler mixed prepared statements between clients "
+            f"({text}); add prepare_threshold=none to the URL's query (docs/postgres.md, "
+            "connection poolers)"
+        )
     if sqlstate == "25006":
         return errors.StoreReadOnlyError(where)
     if sqlstate == "53100":
@@ -108,21 +188,47 @@ def translate_error(exc: BaseException, target: object) -> errors.HermesStoreErr
             "is running and that host, port and network in the URL are right"
         )
     if sqlstate == "42501":
-        user = getattr(getattr(target, "url", None), "username", None)
-        role = f"the role {user}" if user else "the role"
-        return errors.DatabaseAccessError(
-            f"{where}: {role} lacks a privilege this needs ({text}). Creating and upgrading "
-            "the schema and index upkeep (db upgrade, maintenance rebuild-fts/optimize/"
-            "vacuum) need the database's owner (CREATE DATABASE … OWNER ROLE); a role that "
-            "only reads and writes sessions needs SELECT, INSERT, UPDATE, DELETE on the "
-            "tables and USAGE, SELECT, UPDATE on the sequences (docs/postgres.md)"
-        )
+        return _privilege_error(text, target, where)
     if sqlstate == "53300":
         return errors.ServerUnreachableError(
             f"{where}: the server has no free connection slot ({text}); lower the pool "
             "sizes of the processes sharing it or raise max_connections"
         )
     return None
+
+
+#: what a 42501 names: "permission denied for table x", "must be owner of index y"
+_DENIED_ON = re.compile(
+    r"permission denied for (table|sequence|view|function|relation|database|schema) "
+    r"(\"[^\"]+\"|\S+)|must be owner of (?:\w+ )*?(table|index|relation|sequence|schema|"
+    r"database|extension|function) (\"[^\"]+\"|\S+)")
+
+
+def _privilege_error(text: str, target: object, where: str) -> errors.DatabaseAccessError:
+    """SQLSTATE 42501, saying what was refused and what to do about it, not the whole
+    recipe of grants (the operator may have given most of it): a table or sequence the
+    role may not use is the owner's to grant (``db grant``, which covers the tables
+    created later too); creating, changing or rebuilding the schema is the owner's."""
+    url = getattr(target, "url", None)
+    user = getattr(url, "username", None)
+    role = f"the role {user}" if user else "the role"
+    found = _DENIED_ON.search(text)
+    kind = (found.group(1) or found.group(3)) if found else None
+    name = ((found.group(2) or found.group(4)) or "").strip('"') if found else ""
+    owner_only = kind in ("schema", "database", "index", "extension") or (
+        found is not None and found.group(3) is not None)
+    if found is not None and not owner_only:
+        return errors.DatabaseAccessError(
+            f"{where}: {role} lacks a privilege on {kind} {name} ({text}). The database's "
+            f"owner gives a role that reads and writes sessions all it needs, on every "
+            f"table now and on those created later: `hermes-store db grant "
+            f"{user or 'ROLE'}` (with this --db); `maintenance doctor` lists what a role "
+            f"lacks")
+    return errors.DatabaseAccessError(
+        f"{where}: {role} lacks a privilege this needs ({text}). Creating and upgrading "
+        "the schema (db upgrade, the Telegram topic opt-in) and index upkeep (maintenance "
+        "rebuild-fts/optimize/vacuum) are the database's owner's (CREATE DATABASE … OWNER "
+        "ROLE): run them as the owner; Hermes itself may run as a role given `db grant`")
 
 
 @contextlib.contextmanager

@@ -1,68 +1,105 @@
-"""PostgreSQL's locks: the write units' advisory lock and the migration lock (D12, D13).
+"""PostgreSQL's locks: the write units' advisory locks and the migration lock (D12, D13,
+D16).
 
-``lock_unit(conn, exclusive=…)`` is the first statement of every write unit (a
-transaction-level advisory lock); ``migration_lock(engine)`` holds a session-level one
-for the duration of a migration run, so two deploys cannot migrate one database at once.
+``lock_unit(conn, locks, held)`` is the first statement of every write unit: the store's
+transaction-level advisory lock (shared, or exclusive for a unit that runs alone) and
+one per name the unit decides on (a session, a title …: ``hermes_store.unit_locks``);
+the same call takes what a running unit finds it needs later. ``lock_migrations(conn)``
+is the first statement of a migration run's one transaction, so two deploys cannot
+migrate one database at once. Every lock here is the transaction's, never the
+session's, so each holds through a transaction pooler too (decision D16).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
+import hashlib
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from ...driver import driver_execute, uses_driver
+from ...unit_locks import HeldLocks, Locks
 
-#: key of the session-level advisory lock that serializes migrations of one database
+#: key of the advisory lock that serializes migrations of one database
 #: (the first 8 bytes of sha256("hermes_store.migrate"), as a signed bigint)
 MIGRATION_LOCK_KEY = 0x71C0_72E3_634B_4E80
 
 
-#: key of the transaction-level advisory lock of write units (the first 8 bytes of
+#: key of the transaction-level advisory lock of the whole store (the first 8 bytes of
 #: sha256("hermes_store.write_unit"), as a signed bigint); see :func:`lock_unit`
 UNIT_LOCK_KEY = -0x3A9B_5C0E_1D27_64F3
-# the key is part of the text: no parameter to bind, the same statement every time
-_LOCK_EXCLUSIVE = f"SELECT pg_advisory_xact_lock({UNIT_LOCK_KEY})"
-_LOCK_SHARED = f"SELECT pg_advisory_xact_lock_shared({UNIT_LOCK_KEY})"
 
 
-def lock_unit(conn: sa.Connection, *, exclusive: bool) -> None:
-    """The first statement of a write unit on PostgreSQL: the store's unit lock,
-    held until the unit commits or rolls back.
+def lock_key(kind: str, name: str) -> int:
+    """The advisory lock key of one named lock (``hermes_store.unit_locks``): the first
+    8 bytes of BLAKE2b over ``hermes_store.<kind>``, NUL and the name, as a signed
+    bigint. Fixed for good (every process of every release must derive the same key);
+    two names whose keys collide only make their units queue."""
+    digest = hashlib.blake2b(
+        f"hermes_store.{kind}\x00{name}".encode("utf-8", "surrogatepass"), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
-    A unit takes it exclusively unless it declared itself ``concurrent``: then every
-    unit that reads, decides and writes (a title claim, numbering, a cascade delete, an
-    upsert that reads first) runs alone, exactly as every unit does on SQLite, while
-    the hot units that only change rows through statements that lock them (appending
-    messages) share it and run side by side. The lock queue is fair: a waiting
-    exclusive unit is not starved by a stream of shared ones. Sent through the driver
-    door (``engine.driver_execute``): it is on every write unit's path.
-    """
-    statement = _LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED
-    if uses_driver(conn.dialect):
-        driver_execute(conn, statement, None)
+
+# the store's key is part of the text: no parameter to bind
+_ALONE = f"SELECT pg_advisory_xact_lock({UNIT_LOCK_KEY})"
+_STORE_SHARED = f"pg_advisory_xact_lock_shared({UNIT_LOCK_KEY})"
+#: statement texts by shape ("+" the store shared first or "-" held already, then one
+#: "x"/"s" per key): a handful in use, each prepared once by psycopg
+_STATEMENTS: dict[str, str] = {}
+
+
+def _statement(shape: str) -> str:
+    text = _STATEMENTS.get(shape)
+    if text is None:
+        calls = [_STORE_SHARED] if shape[0] == "+" else []
+        for i, mode in enumerate(shape[1:]):
+            function = "pg_advisory_xact_lock" if mode == "x" else "pg_advisory_xact_lock_shared"
+            calls.append(f"{function}(%(k{i})s::bigint)")
+        text = _STATEMENTS[shape] = "SELECT " + ", ".join(calls)
+    return text
+
+
+def lock_unit(conn: sa.Connection, wanted: Locks, held: HeldLocks) -> None:
+    """Take what ``wanted`` names and ``held`` does not hold yet, in one statement, until
+    the unit's transaction ends (decision D16; ``unit_locks`` says what the names are).
+
+    The store's lock comes first: exclusive for a unit that runs alone (``STORE``),
+    shared for every other unit, so a unit that must run alone waits for the units in
+    flight and the units after it wait behind it (PostgreSQL's lock queue is fair).
+    Then one lock per name, exclusive or shared, in ascending key order, so that two
+    units taking the same names in one statement cannot deadlock. Sent through the
+    driver door: it is on every write unit's path."""
+    missing = held.missing(wanted)
+    if missing is None:
+        return
+    if missing.alone:
+        statement, params = _ALONE, None
     else:
-        conn.exec_driver_sql(statement)
+        keys = sorted([(lock_key(*name), "x") for name in missing.exclusive]
+                      + [(lock_key(*name), "s") for name in missing.shared])
+        shape = ("-" if held.store_shared else "+") + "".join(mode for _, mode in keys)
+        statement = _statement(shape)
+        params = {f"k{i}": key for i, (key, _) in enumerate(keys)} or None
+    if uses_driver(conn.dialect):
+        driver_execute(conn, statement, params)
+    else:
+        conn.exec_driver_sql(statement, params or {})
+    held.add(missing)
 
 
-@contextlib.contextmanager
-def migration_lock(engine: Engine, key: int = MIGRATION_LOCK_KEY) -> Iterator[None]:
-    """Hold ``pg_advisory_lock(key)`` on a connection of its own for the block.
+def lock_migrations(conn: sa.Connection, key: int = MIGRATION_LOCK_KEY) -> None:
+    """Take ``pg_advisory_xact_lock(key)`` as the first statement of a migration run's
+    transaction, held until it commits or rolls back.
 
     Alembic picks the steps to run from the version it reads first, so two deploys
-    migrating at once would both run the same step; the second waits here instead,
-    then finds the work done. The lock belongs to the session: if the process dies,
-    the server drops it with the connection.
+    migrating at once would both run the same step; the second waits here instead, then
+    (READ COMMITTED: each statement sees what committed before it) finds the work done.
+    A lock of the transaction, not of the session: behind a transaction pooler the
+    session is whichever server connection the pooler lends, and a session lock would
+    stay with that connection after the run, held by nobody (decision D16). If the
+    process dies the server rolls the transaction back and the lock goes with it.
     """
-    with engine.connect() as lock_conn:
-        lock_conn = lock_conn.execution_options(isolation_level="AUTOCOMMIT")
-        lock_conn.exec_driver_sql("SELECT pg_advisory_lock(%(key)s)", {"key": key})
-        try:
-            yield
-        finally:
-            lock_conn.exec_driver_sql("SELECT pg_advisory_unlock(%(key)s)", {"key": key})
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
 
 
-__all__ = ["MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_unit", "migration_lock"]
+__all__ = ["MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_key", "lock_migrations", "lock_unit"]

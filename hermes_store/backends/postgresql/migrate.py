@@ -11,10 +11,11 @@ run on PostgreSQL; an upgrade to, a downgrade to or a stamp of anything below ``
 refused with an error that says so. Revisions after ``0030`` run on both engines (each
 declares ``dialects``; ``docs/migrations.md``).
 
-Every migrating run holds ``pg_advisory_lock`` (:func:`locks.migration_lock`)
-from before it reads the version until after the last step, so two deploys cannot race;
-each step is one transaction (PostgreSQL's DDL is transactional), and ``schema_version``
-follows the revision as on SQLite.
+Every migrating run is one transaction (PostgreSQL's DDL is transactional) that takes
+``pg_advisory_xact_lock`` (:func:`locks.lock_migrations`) before it reads the version, so
+two deploys cannot race, through a transaction pooler too (decision D16); a run that
+fails leaves the database as it found it, and ``schema_version`` follows the revision as
+on SQLite.
 
 Also here: :func:`create_head` (the head from the live definitions — ``schema.py``,
 ``fts/ddl.py``, ``display_order.py``), :func:`ensure_schema` (what ``SessionDB``
@@ -36,12 +37,14 @@ from alembic.script import ScriptDirectory
 from ... import errors, location, telegram_schema
 from ...location import Target
 from ...migrate.results import CheckResult
+from ...connections import BEGIN_MODE
 from ...migrate.scripts import (
     config,
     describe,
     head,
     is_at,
     scripts,
+    significant_only,
     telegram_topics_head,
 )
 from ...migrate.topics import (
@@ -54,7 +57,7 @@ from ...migrate.topics import (
 from ..base import Migrations, StoreState
 from .engine import create_engine
 from .errors import pg_errors
-from .locks import migration_lock
+from .locks import lock_migrations
 from .server import check_server
 
 #: the revision a PostgreSQL database starts at (``migrations/pg_baseline.py``)
@@ -356,9 +359,10 @@ def _check_plan(steps: list, state: DbState, target: Target, scripts: ScriptDire
 def run_env(context, target: Target, *, read_only: bool) -> None:
     """The body of ``migrations/env.py`` for a PostgreSQL target.
 
-    A mutating run takes the advisory lock, validates the plan (nothing below the
-    baseline), creates the baseline on an empty database, then lets Alembic run the
-    remaining steps, one transaction each.
+    A mutating run is one transaction: it takes the migration lock (the transaction's),
+    validates the plan (nothing below the baseline), creates the baseline on an empty
+    database, then lets Alembic run the remaining steps inside it. A read-only run
+    (``current``, ``history``, ``check``) takes no lock and writes nothing.
     """
     from ...schema import metadata
 
@@ -371,6 +375,7 @@ def run_env(context, target: Target, *, read_only: bool) -> None:
             transaction_per_migration=True,
             compare_type=True,
             on_version_apply=on_version_apply,
+            process_revision_directives=significant_only(significant_diffs),
         )
 
     engine = create_engine(target, poolclass=sa.pool.NullPool)
@@ -384,21 +389,26 @@ def run_env(context, target: Target, *, read_only: bool) -> None:
                     with context.begin_transaction():
                         context.run_migrations()
                 return
-            with migration_lock(engine), engine.connect() as conn:
+            # One transaction for the whole run (PostgreSQL's DDL is transactional): the
+            # migration lock is the transaction's, so it holds behind a transaction
+            # pooler and cannot outlive the run; a failure leaves the database as it was.
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})  # READ COMMITTED
                 with conn.begin():
+                    lock_migrations(conn)
                     check_server(conn, target)
                     state = classify(conn, target)
-                heads = (state.revision,) if state.revision else ()
-                plan = context._proxy.context_opts.get("fn")
-                steps = list(plan(heads, None)) if plan is not None else []
-                if _check_plan(steps, state, target, context.script):
-                    with conn.begin():
+                    heads = (state.revision,) if state.revision else ()
+                    plan = context._proxy.context_opts.get("fn")
+                    steps = list(plan(heads, None)) if plan is not None else []
+                    if _check_plan(steps, state, target, context.script):
                         _baseline_module().create(conn)
                         MigrationContext.configure(conn).stamp(context.script, BASELINE)
-                    _progress(context, BASELINE, "PostgreSQL baseline: the head schema of v30")
-                configure(conn, (record_schema_version,))
-                with context.begin_transaction():
-                    context.run_migrations()
+                        _progress(context, BASELINE, "PostgreSQL baseline: the head schema of v30")
+                    # Alembic sees the transaction and runs every step inside it
+                    configure(conn, (record_schema_version,))
+                    with context.begin_transaction():
+                        context.run_migrations()
     finally:
         engine.dispose()
 
@@ -469,14 +479,25 @@ def without_pk_nullability(diffs: list, metadata: sa.MetaData) -> list:
     return [d for d in diffs if not _pk_nullability_rule(d, metadata)]
 
 
+def significant_diffs(_conn, diffs: list) -> list:
+    """Autogenerate's differences that are drift on PostgreSQL (:func:`check`, and
+    ``alembic check`` through ``migrate.scripts.significant_only``)."""
+    from ...schema import metadata
+
+    return without_pk_nullability(diffs, metadata)
+
+
 def check(target: Target):
-    """At head, and do the ordinary tables match ``hermes_store.schema``? (read-only)"""
+    """At head, do the ordinary tables match ``hermes_store.schema``, and is the
+    full-text layout whole? (read-only)"""
     from alembic.autogenerate import compare_metadata
 
     from ...schema import metadata
+    from .fts.ddl import layout_problems
 
     state = inspect_database(target)
     drift: list[str] = []
+    full_text: tuple[str, ...] = ()
     topics = TopicsCheck("absent", None, telegram_topics_head(), None, [])
     if state.kind == "alembic":
         with _connection(target) as conn:
@@ -487,10 +508,12 @@ def check(target: Target):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*expression-based index")
                 diffs = compare_metadata(ctx, metadata)
-            drift = [describe(d) for d in without_pk_nullability(diffs, metadata)]
+            drift = [describe(d) for d in significant_diffs(conn, diffs)]
+            # the full-text layout is left out of the comparison above: its own check
+            full_text = tuple(layout_problems(conn))
             topics = check_telegram_topics(conn, target.display)
             conn.rollback()
-    return CheckResult(state.revision, head(), drift, topics)
+    return CheckResult(state.revision, head(), drift, topics, full_text)
 
 
 class PostgresqlMigrations(Migrations):
@@ -567,5 +590,6 @@ __all__ = [
     "stamp",
     "telegram_topics_state",
     "upgrade",
+    "significant_diffs",
     "without_pk_nullability",
 ]

@@ -18,15 +18,19 @@ def signal_line(text: str) -> None:
 
 
 def open_store(path: str, busy_timeout: float | None = None, attempts: int | None = None,
-               jitter_max: float | None = None):
-    """A SessionDB on `path`, optionally with a tighter retry policy (to force retries)."""
+               jitter_max: float | None = None, outage_timeout: float | None = None):
+    """A SessionDB on `path`, optionally with a tighter retry policy (to force retries,
+    or to give up on a server that is away sooner)."""
     from hermes_store import SessionDB
 
-    if busy_timeout is None and attempts is None and jitter_max is None:
+    if busy_timeout is None and attempts is None and jitter_max is None \
+            and outage_timeout is None:
         return SessionDB(path)
     from hermes_store.units import RetryPolicy
 
     fields = {}
+    if outage_timeout is not None:
+        fields["outage_timeout"] = outage_timeout
     if busy_timeout is not None:
         fields["busy_timeout"] = busy_timeout
     if attempts is not None:

@@ -1,13 +1,14 @@
 """A writer that keeps going while its PostgreSQL server restarts.
 
-    restart_writer.py URL WRITER_ID SHARED_SESSION
+    restart_writer.py URL WRITER_ID SHARED_SESSION [OUTAGE_TIMEOUT]
 
 Opens one SessionDB (never reopened) and loops until its stdin is closed: appends to
 its own session (`r<ID>`) and the shared one in turn, accounts tokens every third step
 and reads its own transcript every third step. Each call's outcome is one JSON line:
 {"op", "ok", "session", "marker"} (for an append, "ok" is the new id) or
 {"op", "error", "message", "session", "marker"} when the package raised one of its own
-errors (HermesStoreError); the loop goes on after either. Any other exception ends the
+errors (HermesStoreError); the loop goes on after either. OUTAGE_TIMEOUT (seconds) is
+the store's ``RetryPolicy.outage_timeout``, else the default. Any other exception ends the
 process with a traceback (exit 1): an error the package did not translate. At the end:
 {"done", "retries", "steps"}.
 """
@@ -25,7 +26,8 @@ from hermes_store.errors import HermesStoreError
 
 def main() -> None:
     url, writer_id, shared = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    db = open_store(url)
+    outage = float(sys.argv[4]) if len(sys.argv) > 4 else None
+    db = open_store(url, outage_timeout=outage)
     own = f"r{writer_id}"
     db.create_session(own, source="cli")
     stop = threading.Event()

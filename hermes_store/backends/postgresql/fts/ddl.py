@@ -312,8 +312,25 @@ def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> li
 
 
 def integrity_check(conn: Connection) -> list[str]:
-    """Problems, empty when all is well: missing or invalid objects, trigram-scope
-    flags out of step with their sessions."""
+    """Problems, empty when all is well: missing or invalid objects
+    (:func:`layout_problems`), trigram-scope flags out of step with their sessions."""
+    problems = layout_problems(conn)
+    if _has_column(conn, TRIGRAM_SCOPE_COLUMN):
+        wrong = conn.exec_driver_sql(
+            f"SELECT count(*) FROM messages AS m "
+            f"WHERE m.{TRIGRAM_SCOPE_COLUMN} IS DISTINCT FROM {_SCOPE_OF_ROW}"
+        ).scalar()
+        if wrong:
+            problems.append(
+                f"{TRIGRAM_INDEX}: {wrong} message(s) with a wrong trigram scope; {_REBUILD_HINT}"
+            )
+    return problems
+
+
+def layout_problems(conn: Connection) -> list[str]:
+    """The layout's objects that are missing or invalid — its columns, both indexes,
+    its triggers — read from the catalog alone (``db check`` reports them as drift;
+    the ordinary comparison leaves the layout out)."""
     problems: list[str] = []
     columns = {c for c in FTS_COLUMNS if _has_column(conn, c)}
     for column in FTS_COLUMNS:
@@ -341,15 +358,6 @@ def integrity_check(conn: Connection) -> list[str]:
             f"triggers missing ({', '.join(missing)}): the trigram scope of new messages is "
             f"not kept; {_REBUILD_HINT}"
         )
-    if TRIGRAM_SCOPE_COLUMN in columns:
-        wrong = conn.exec_driver_sql(
-            f"SELECT count(*) FROM messages AS m "
-            f"WHERE m.{TRIGRAM_SCOPE_COLUMN} IS DISTINCT FROM {_SCOPE_OF_ROW}"
-        ).scalar()
-        if wrong:
-            problems.append(
-                f"{TRIGRAM_INDEX}: {wrong} message(s) with a wrong trigram scope; {_REBUILD_HINT}"
-            )
     return problems
 
 
@@ -400,6 +408,7 @@ __all__ = [
     "drop_indexes",
     "fts_sizes",
     "integrity_check",
+    "layout_problems",
     "is_fts_object",
     "optimize",
     "rebuild",

@@ -24,13 +24,13 @@ import sqlalchemy as sa
 
 from .... import errors, telegram_schema
 from ....connections import BEGIN_MODE, writer
-from ....migrate.scripts import head, read_only_command
+from ....migrate.scripts import head, read_only_command, significant_only
 from ....migrate.topics import include_telegram_topics_name, write_telegram_topic_meta
 from ..engine import create_engine
 from ..errors import sqlite_errors
 from ..fileops import create_private_file, migration_lock
 from .adopt import adopt
-from .check import include_name
+from .check import include_name, without_fk_artefacts
 from .inspect import inspect_file, verify_sound
 from .topics import adopt_telegram_topics, require_head
 
@@ -96,7 +96,8 @@ class _Chain:
                            on_version_apply=record_topic_version)
         else:
             options.update(target_metadata=_target_metadata(), include_name=include_name,
-                           on_version_apply=record_schema_version)
+                           on_version_apply=record_schema_version,
+                           process_revision_directives=significant_only(without_fk_artefacts))
         context.configure(**options)
         if not read_only_command(context):
             (adopt_telegram_topics if self.topics else adopt)(connection, context.script, where)
