@@ -15,7 +15,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
+
+from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
+
+sqlite3 = dbapi()  # the store's SQLite library (its version goes in the machine line)
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -315,6 +318,7 @@ def machine() -> dict:
         "loadavg": os.getloadavg(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
+        "sqlite_library": sqlite3.__name__,
         "platform": platform.platform(),
     }
     try:

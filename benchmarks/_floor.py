@@ -14,11 +14,14 @@ cost never lands in a timed figure.
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import event
+
+from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
+
+sqlite3 = dbapi()  # the store's SQLite library: the floor runs on the same one
 
 Call = list  # [(kind, statement, parameters)], kind in {"exec", "many", "commit", "rollback"}
 

@@ -21,11 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 
 from _common import CACHE, ROOT, human
 from _workload import WORKLOAD_VERSION, Generator
+
+from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
+
+sqlite3 = dbapi()  # the store's SQLite library (one copy of SQLite per process)
 
 FIXTURE_V22 = ROOT / "tests" / "data" / "fixtures" / "upstream-0.19.0-v22.db"
 STORES = CACHE / "stores"

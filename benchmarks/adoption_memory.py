@@ -22,7 +22,9 @@ import argparse
 import json
 import random
 import shutil
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import subprocess
 import sys
 import tempfile

@@ -16,7 +16,9 @@ Target: peak RSS < 200 MB at 1M messages.
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import statistics
 import sys
 from pathlib import Path

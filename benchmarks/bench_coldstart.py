@@ -6,7 +6,8 @@ session and closes it (what every ``hermes`` CLI run, cron job and subprocess pa
               ``get_session(id)``; ``close()`` on a copy of the head store;
 * upstream  — the same with ``hermes_state.SessionDB`` 0.19.0 on its own store (its
               open runs its schema check, as every upstream process does);
-* floor     — ``import sqlite3``, one ``SELECT * FROM sessions WHERE id = ?``: the
+* floor     — ``import sqlite3`` (or ``pysqlite3``, as the store's library choice
+              would pick), one ``SELECT * FROM sessions WHERE id = ?``: the
               interpreter's own start plus SQLite.
 
 Also ours through the CLI: ``hermes-store --db PATH sessions show ID --json``
@@ -70,7 +71,13 @@ import sqlalchemy
 """
 
 FLOOR = """
-import sqlite3, sys
+import os, sys
+try:  # the library hermes_store would choose here (HERMES_STATE_SQLITE_MODULE, else pysqlite3)
+    if os.environ.get("HERMES_STATE_SQLITE_MODULE") == "sqlite3":
+        raise ImportError
+    from pysqlite3 import dbapi2 as sqlite3
+except ImportError:
+    import sqlite3
 conn = sqlite3.connect(sys.argv[1])
 row = conn.execute("SELECT * FROM sessions WHERE id = ?", (sys.argv[2],)).fetchone()
 conn.close()

@@ -8,7 +8,9 @@ FTS table). Sizes are measured after a TRUNCATE checkpoint, page-exact from dbst
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import sys
 from collections import defaultdict
 from pathlib import Path

@@ -5,6 +5,8 @@
     python benchmarks/run.py --sizes full             # 10k/100k/1M (long: run it with nohup)
     python benchmarks/run.py --only search --rounds 7
     python benchmarks/run.py --markdown results.md    # also write the tables as Markdown
+    python benchmarks/run.py --only append --only read --only search --only coldstart \
+        --sqlite-libraries pysqlite3,sqlite3          # the store on each SQLite library
 
 Each benchmark runs in its own process (a clean heap for RSS and caches) and can be
 run alone: ``python benchmarks/bench_<name>.py [--sizes …] [--rounds N]``. Built stores
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -23,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, Row, add_arguments, format_markdown, format_rows, machine  # noqa: E402
+from _common import RESULTS, Row, _fmt, add_arguments, format_markdown, format_rows, machine  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
@@ -35,6 +39,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", action="append", choices=ORDER, help="run only this benchmark (repeatable)")
     p.add_argument("--markdown", type=Path, help="also write the result tables as Markdown here")
+    p.add_argument("--sqlite-libraries", metavar="A,B",
+                   help="run each benchmark once per SQLite library (HERMES_STATE_SQLITE_MODULE), "
+                   "alternating, and print the store's figures side by side (e.g. pysqlite3,sqlite3)")
+    p.add_argument("--library-repeats", type=int, default=2,
+                   help="with --sqlite-libraries: runs per library, in the order A B, B A, …; "
+                   "the median of the runs is reported")
     add_arguments(p)
     args = p.parse_args(argv)
     names = [n for n in ORDER if not args.only or n in args.only]
@@ -43,6 +53,9 @@ def main(argv=None) -> int:
         passthrough.append("--no-upstream")
     if args.quiet:
         passthrough.append("--quiet")
+    if args.sqlite_libraries:
+        libraries = [x.strip() for x in args.sqlite_libraries.split(",") if x.strip()]
+        return compare_libraries(names, libraries, args, passthrough, argv)
 
     combined = {"when": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
                 "command": " ".join([sys.executable, "benchmarks/run.py"] + (argv or sys.argv[1:])),
@@ -79,6 +92,86 @@ def main(argv=None) -> int:
         md += [f"### {name}", "", format_markdown(rows, sides=data.get("sides")), ""]
         for note in data.get("notes", []):
             md.append(f"* {note}")
+    if args.markdown:
+        args.markdown.write_text("\n".join(md) + "\n")
+    print(f"\nJSON: {out}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_one(name: str, passthrough: list[str], env: dict | None = None) -> dict | None:
+    """One benchmark in its own process; its JSON, or None when it failed."""
+    t0 = time.perf_counter()
+    rc = subprocess.call([sys.executable, str(BENCH_DIR / f"bench_{name}.py"), *passthrough], env=env)
+    elapsed = time.perf_counter() - t0
+    latest = RESULTS / f"{name}-latest.json"
+    if rc != 0 or not latest.exists() or latest.stat().st_mtime < time.time() - elapsed - 1:
+        return None
+    data = json.loads(latest.read_text())
+    data["seconds"] = elapsed
+    return data
+
+
+def compare_libraries(names, libraries, args, passthrough, argv) -> int:
+    """The store's own figures (the ``ours`` column) on each SQLite library, in one run:
+    every benchmark runs once per library per repeat, the libraries alternating which
+    goes first, so a machine that gets busier or quieter meanwhile (a shared one does)
+    weighs on both; the median over the repeats is reported, with the ratio A ÷ B."""
+    from hermes_store.backends.sqlite.library import ENV
+
+    runs: dict[str, dict[str, list[dict]]] = {name: {lib: [] for lib in libraries} for name in names}
+    failed = []
+    for name in names:
+        for rep in range(args.library_repeats):
+            order = libraries if rep % 2 == 0 else libraries[::-1]
+            for lib in order:
+                print(f"\n=== {name} on {lib} (run {rep + 1}/{args.library_repeats}) ===", flush=True)
+                data = _run_one(name, passthrough, env=dict(os.environ, **{ENV: lib}))
+                if data is None:
+                    failed.append(f"{name}/{lib}")
+                    continue
+                runs[name][lib].append(data)
+    lines, md = [], []
+    a, b = libraries[0], libraries[-1]
+    header = ("benchmark", "case", "metric", a, b, f"{a}÷{b}", "runs")
+    table = []
+    for name in names:
+        keyed: dict[tuple, dict[str, list[float]]] = {}
+        units = {}
+        for lib in libraries:
+            for data in runs[name][lib]:
+                for row in data["rows"]:
+                    if row.get("ours") is None:
+                        continue
+                    key = (row["case"], row["metric"])
+                    units[key] = row["unit"]
+                    keyed.setdefault(key, {x: [] for x in libraries})[lib].append(row["ours"])
+        for (case, metric), values in keyed.items():
+            med = {lib: statistics.median(v) if v else None for lib, v in values.items()}
+            r = None if not med[a] or not med[b] else med[a] / med[b]
+            table.append((name, case, f"{metric} ({units[(case, metric)]})",
+                          _fmt(med[a]), _fmt(med[b]), _fmt(r),
+                          "/".join(str(len(values[lib])) for lib in libraries)))
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h)
+              for i, h in enumerate(header)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
+    md.append("| " + " | ".join(header) + " |")
+    md.append("|" + "---|" * len(header))
+    md += ["| " + " | ".join(row) + " |" for row in table]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = RESULTS / f"libraries-{args.sizes}-{stamp}.json"
+    out.write_text(json.dumps({
+        "when": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
+        "command": " ".join([sys.executable, "benchmarks/run.py"] + (argv or sys.argv[1:])),
+        "libraries": libraries, "runs": runs,
+    }, indent=2, ensure_ascii=False))
+    print(f"\n=== the store on {' vs '.join(libraries)} (median of runs) ===")
+    print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(md) + "\n")
     print(f"\nJSON: {out}")

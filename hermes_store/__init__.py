@@ -17,6 +17,7 @@ from .errors import (
     StoreBusyError,
     StoreClosedError,
     StoreFullError,
+    StoreReplacedError,
     TitleError,
     UnsafePathError,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "StoreBusyError",
     "StoreClosedError",
     "StoreFullError",
+    "StoreReplacedError",
     "TitleError",
     "UnsafePathError",
     "default_db_path",

@@ -151,3 +151,25 @@ class CommitOutcomeUnknownError(HermesStoreError):
 class CopyError(HermesStoreError):
     """``db copy`` cannot start or go on (a non-empty destination, another copy's
     progress record, data the destination cannot hold…); the message says what to do."""
+
+
+# --------------------------------------------------------------------------- SQLite itself (issue 20)
+
+
+class SQLiteLibraryError(HermesStoreError):
+    """The SQLite library cannot run the store (a capability missing, an unknown or
+    missing ``HERMES_STATE_SQLITE_MODULE``); the message names the library."""
+
+
+class StoreReplacedError(HermesStoreError):
+    """The file at the store's path is no longer the one it opened (renamed over,
+    deleted, moved away): nothing is written, checkpointed or repaired through the old
+    file's handles. Open a new ``SessionDB`` (or ``reopen()``) to use the new file."""
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path} was replaced while this store had it open ({detail}); nothing was "
+            "written to the old file. Open the store again (SessionDB(path), or "
+            "db.reopen()) to use the file now at that path."
+        )

@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from . import backends, schema
-from .errors import ServerUnreachableError
+from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
 from .repository.base import ReadInterrupted
 from .repository.cleanup import CleanupMixin
@@ -77,6 +77,7 @@ class SessionDB(
         retry: RetryPolicy = RetryPolicy(),
         pool_size: int | None = None,
         max_overflow: int | None = None,
+        journal_mode: str | None = None,
     ) -> None:
         target = resolve(db_path)
         #: the database (``display`` names it: a path, or the URL with its password masked)
@@ -85,12 +86,26 @@ class SessionDB(
         self.db_path: Path | None = target.path
         self.read_only = bool(read_only)
         self.retry = retry
-        self._snapshots = threading.local()
         backend = self._backend = backends.of(target)
-        opened = backend.open_store(target, read_only=self.read_only, auto_upgrade=auto_upgrade,
-                                    retry=retry, pool_size=pool_size, max_overflow=max_overflow)
+        options = dict(read_only=self.read_only, auto_upgrade=auto_upgrade, retry=retry,
+                       pool_size=pool_size, max_overflow=max_overflow)
+        if journal_mode is not None:  # a file's setting: "wal" or "delete"
+            if not backend.stores_files:
+                raise InvalidArgumentError(
+                    f"journal_mode is a SQLite file's setting; {target.display} is a "
+                    f"{backend.name} database, which keeps its own write-ahead log"
+                )
+            options["journal_mode"] = journal_mode
+        self._open_options = options
+        self._open()
+
+    def _open(self) -> None:
+        self._snapshots = threading.local()
+        backend = self._backend
+        opened = backend.open_store(self.target, **self._open_options)
         self._engine = opened.engine
-        self._units = WriteUnits(opened.engine, retry, label=opened.label, backend=backend)
+        self._units = WriteUnits(opened.engine, self.retry, label=opened.label,
+                                 backend=backend, guard=opened.guard)
         self._readers = opened.readers
         self._singles = opened.singles
 
@@ -101,6 +116,10 @@ class SessionDB(
         engine, units = self._engine, self._units
         if engine is None:
             return
+        if units is not None and units.guard is not None:
+            # A replaced file's log must not stay where the new file's next opener would
+            # read it: moved while this store's connections still prove it theirs.
+            units.guard.settle()
         try:
             self._release_connections()  # every thread's held connections
         finally:
@@ -108,9 +127,23 @@ class SessionDB(
             self._units = None
             try:
                 if not self.read_only and units is not None:
-                    units.checkpoint("PASSIVE")
+                    units.checkpoint("PASSIVE")  # skipped for a replaced file
             finally:
                 engine.dispose()
+
+    def reopen(self) -> None:
+        """Close, then open the database again with the same settings. After
+        ``StoreReplacedError`` this picks up the file now at the path: a store never
+        switches files by itself."""
+        self.close()
+        self._open()
+
+    @property
+    def replaced(self) -> bool:
+        """Whether the database is no longer the one this store opened (a SQLite file
+        renamed over, moved or deleted); False on a server and on a closed store."""
+        units = self._units
+        return units is not None and units.guard is not None and units.guard.replaced()
 
     @property
     def closed(self) -> bool:
@@ -189,7 +222,7 @@ def _rerun_read(db, method, args, kwargs, exc: ReadInterrupted, wrote: int):
 
 
 def _guard_public_methods(cls: type) -> None:
-    exempt = {"close"}
+    exempt = {"close", "reopen", "replaced"}
     for name in dir(cls):
         if name.startswith("_") or name in exempt:
             continue

@@ -149,8 +149,11 @@ class WriteUnits:
     """
 
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
-                 backend: "Backend") -> None:
+                 backend: "Backend", guard=None) -> None:
         self.backend = backend
+        #: ``OpenedStore.guard``: checked before every attempt and checkpoint, so nothing
+        #: is written to a database that is no longer the one opened (a replaced file)
+        self.guard = guard
         self._writers = connections_for(writer(engine), backend.holds_connections)
         self._maintenance = autocommit(engine)
         self.policy = policy
@@ -185,9 +188,11 @@ class WriteUnits:
     def _run(self, fn, locks: Locks):
         from .errors import CommitOutcomeUnknownError, StoreBusyError
 
-        policy, writers, backend = self.policy, self._writers, self.backend
+        policy, writers, backend, guard = self.policy, self._writers, self.backend, self.guard
         busy, outage = 0, None
         while True:
+            if guard is not None:
+                guard.check()  # the database is still the one opened (a replaced file)
             try:
                 if writers.held:
                     result = self._attempt(writers.get(), fn, locks)
@@ -282,9 +287,17 @@ class WriteUnits:
         with self._lock:
             self._writers.close()
 
+    def check(self) -> None:
+        """Raise when the database may not be written any more (``guard``)."""
+        if self.guard is not None:
+            self.guard.check()
+
     def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
         """The backend's checkpoint (SQLite: copy WAL frames back into the database
-        without waiting for readers); None where the engine checkpoints on its own."""
+        without waiting for readers); None where the engine checkpoints on its own, or
+        the database is no longer the one opened."""
+        if self.guard is not None and self.guard.replaced():
+            return None
         return self.backend.checkpoint(self._maintenance, mode, self.label)
 
 

@@ -74,4 +74,10 @@ python3 -m venv .venv
 export PATH="$PWD/.venv/bin:$PATH"   # console scripts (alembic, hermes-store) for subprocess tests
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
-exec python -m pytest -n 2 "$@"
+python -m pytest -n 2 "$@"
+# The stdlib leg: the named subset (tests/conftest.py, STDLIB_SUBSET) on the standard
+# library's sqlite3, which is what users without a pysqlite3 wheel run (issue 20).
+if [ $# -eq 0 ] && [ -z "${HERMES_TEST_SKIP_STDLIB_LEG:-}" ]; then
+    echo "test.sh: the stdlib-sqlite3 leg (HERMES_STATE_SQLITE_MODULE=sqlite3)" >&2
+    HERMES_STATE_SQLITE_MODULE=sqlite3 python -m pytest -n 2 -m "stdlib_sqlite and not postgres"
+fi

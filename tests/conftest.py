@@ -123,7 +123,42 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("backend", backends, indirect=True)
 
 
+#: the named subset that also runs on the standard library's sqlite3 (SQLite 3.40.1 on
+#: Debian 12), the library some users' Pythons give them: ``scripts/test.sh`` runs it with
+#: ``HERMES_STATE_SQLITE_MODULE=sqlite3 pytest -m "stdlib_sqlite and not postgres"``
+#: (every other test runs on the default library, pysqlite3 where installed). Opening and
+#: writing, search on FTS5/trigram, WAL and checkpoints, processes writing at once,
+#: crashes, damaged files, adopting upstream files, doctor/status, and tests/sqlite.
+STDLIB_SUBSET = {
+    "tests/repository/test_open_close.py",
+    "tests/repository/test_concurrency.py",
+    "tests/repository/test_messages.py",
+    "tests/repository/test_search_sanitizer.py",
+    "tests/schema/test_head_fts.py",
+    "tests/reliability/test_rel_load.py",
+    "tests/reliability/test_rel_wal.py",
+    "tests/reliability/test_rel_crash.py",
+    "tests/reliability/test_rel_damaged_files.py",
+    "tests/migrations/test_adoption.py",
+    "tests/cli/test_cli_search_maintenance.py",
+}
+
+
+def pytest_report_header(config):
+    from hermes_store.backends.sqlite.library import library
+
+    return f"SQLite library: {library().describe()} ({library().chosen_by})"
+
+
 def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).parent.parent
+    for item in items:
+        try:
+            where = Path(item.fspath).relative_to(root).as_posix()
+        except ValueError:
+            where = ""
+        if where in STDLIB_SUBSET or where.startswith("tests/sqlite/"):
+            item.add_marker(pytest.mark.stdlib_sqlite)
     collected = {suite_test_name(item) for item in items if hasattr(item, "originalname")}
     vanished = sorted(n for n in POOLER_SUBSET
                       if n not in _subset_seen and n.split("::")[0] in

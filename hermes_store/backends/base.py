@@ -47,6 +47,10 @@ class OpenedStore:
     label: object
     readers: "HeldConnections | PooledConnections"
     singles: "HeldConnections | PooledConnections | None" = None
+    #: is the database still the one opened? ``check()`` raises the package's error,
+    #: ``replaced()`` answers, ``settle()`` runs at close (SQLite: the file's identity,
+    #: ``backends/sqlite/identity.py``); None where nothing can replace it (a server)
+    guard: Any = None
 
 
 class Backend:
@@ -83,6 +87,13 @@ class Backend:
         raise NotImplementedError
 
     @property
+    def roles(self):
+        """Who may use the database, where the engine has roles of its own (PostgreSQL:
+        ``grant_runtime``, ``missing_runtime``, ``runtime_findings``, ``RoleError``);
+        None where access is a file's owner and mode."""
+        return None
+
+    @property
     def files(self):
         """Operations on a store that is a file (backup, recover, repair, health), or
         None where a store is a database on a server."""
@@ -104,7 +115,8 @@ class Backend:
                    max_overflow: int | None) -> OpenedStore:
         """Everything ``SessionDB`` needs before its first call: the database checked
         (refused with a clear error when it cannot be used), its schema at head (or the
-        error naming the command to run), the engine and the read connections."""
+        error naming the command to run), the engine and the read connections. A backend
+        that stores files also takes ``journal_mode`` (``SessionDB(journal_mode=…)``)."""
         raise NotImplementedError
 
     def inspection_engine(self, target: "Target") -> Engine:

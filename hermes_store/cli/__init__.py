@@ -54,7 +54,26 @@ def _root(
         ),
     ] = None,
     json_mode: JsonOption = False,
+    journal_mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--journal-mode",
+            metavar="wal|delete",
+            help="The journal mode for a SQLite file this command creates or opens, whatever "
+            "its filesystem (default: $HERMES_STATE_JOURNAL_MODE, else WAL on a local disk "
+            "and DELETE on a VM share or network mount). A file already in WAL stays in WAL: "
+            "`maintenance journal-mode delete` switches it offline.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
+    if journal_mode is not None:
+        import os
+
+        from ..backends.sqlite import journal
+
+        # The CLI owns its process: the setting reaches every store the command opens.
+        os.environ[journal.ENV] = journal.normalize(journal_mode, source="--journal-mode")
     # Kept as typed: resolved on first use (common.State.target), never made a Path here.
     ctx.obj = State(given=db_given, json=json_mode)
 
@@ -87,6 +106,9 @@ def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         ]
         if target.is_file:  # a server keeps its own journal
             rows.append(("journal_mode", info["journal_mode"]))
+            for key, label in (("sqlite_library", "sqlite"), ("filesystem", "filesystem")):
+                if info.get(key):  # what the file's backend says of where it runs
+                    rows.append((label, info[key]["summary"]))
         o.pairs(rows + [("sessions", info["sessions"]), ("messages", info["messages"])])
     if not info["exists"]:
         raise typer.Exit(3)

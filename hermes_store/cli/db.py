@@ -257,12 +257,12 @@ def grant_command(
     Run as the database's owner. Grants SELECT, INSERT, UPDATE, DELETE on every table
     and USAGE, SELECT, UPDATE on every sequence, and the same by default on what the
     owner creates later (the Telegram topic opt-in, upgrades); idempotent."""
-    from .. import errors
-    from ..backends.postgresql import roles
+    from .. import backends, errors
 
     o = out(ctx, json_flag)
     db = state(ctx).target
-    if not db.is_postgresql:
+    roles = backends.of(db).roles
+    if roles is None:
         raise errors.InvalidArgumentError(
             f"`hermes-store db grant` gives a PostgreSQL role its privileges, and {db.display} "
             "is a SQLite file: who may use it is decided by the file's owner and mode (0600)")

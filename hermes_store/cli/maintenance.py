@@ -51,6 +51,8 @@ def store_status(target: "Target") -> dict:
         "at_head": False,
         "schema_version": None,
         "journal_mode": None,
+        "sqlite_library": None,
+        "filesystem": None,
         "sessions": None,
         "messages": None,
     }
@@ -230,16 +232,18 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
         findings.append(Finding("wal", "warning", f"WAL is {human_bytes(wal)}: a long-open reader keeps checkpoints from finishing; restart idle readers or run `maintenance vacuum` when idle"))
     else:
         findings.append(Finding("wal", "ok", f"WAL {human_bytes(wal)}"))
-    if (health.journal_mode or "").lower() != "wal":
-        findings.append(Finding("journal_mode", "warning", f"journal_mode={health.journal_mode} (WAL expected; DELETE is the fallback on network filesystems)"))
+    # the library and the journal against the filesystem (the file backend's judgement)
+    findings.extend(Finding(*f) for f in backends.of(target).files.findings(target.path,
+                                                                          health.journal_mode))
     return findings
 
 
 def _privilege_findings(conn, target: "Target") -> list[Finding]:
     """PostgreSQL: what the connected role and every runtime role (a role holding
     privileges on ``sessions``) lack, each named with the command that fixes it."""
-    from ..backends.postgresql import roles
-
+    roles = backends.of(target).roles
+    if roles is None:
+        return []
     hint = "the database's owner runs `hermes-store db grant {role}` (with this --db)"
     return [Finding("privileges", status, detail)
             for status, detail in roles.runtime_findings(conn, hint)]
@@ -327,6 +331,28 @@ def doctor_command(
 
 
 # --------------------------------------------------------------------------- repair
+
+@app.command("journal-mode")
+def journal_mode_command(
+    ctx: typer.Context,
+    mode: Annotated[str, typer.Argument(metavar="wal|delete", help="The journal mode to switch the file to.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Switch the file's journal mode, offline: refused (exit 6) while another process
+    has it open. `delete` is the fix for a WAL file on a VM share or network mount."""
+    o = out(ctx, json_flag)
+    target = state(ctx).target
+    path = sqlite_file(ctx, "maintenance journal-mode",
+                       "the server keeps its own write-ahead log; there is no journal mode to switch")
+    require_file(path)
+    before, after = backends.of(target).files.set_journal_mode(path, mode)
+    if o.json_mode:
+        o.emit({"path": str(path), "before": before, "after": after})
+    elif before == after:
+        o.line(f"{path}: journal_mode is already {after}; nothing to do.")
+    else:
+        o.line(f"{path}: journal_mode {before} -> {after}")
+
 
 @app.command("repair")
 def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:

@@ -60,6 +60,7 @@ class MaintenanceMixin(RepositoryBase):
         if self.read_only:
             from ..errors import StoreReadOnlyError
             raise StoreReadOnlyError(self.target)
+        self._units.check()  # a replaced file is not rewritten
         optimized = self.optimize_fts()
         self._units.checkpoint("PASSIVE")
         self._backend.vacuum(self._engine, self.target)

@@ -103,9 +103,15 @@ def _backfill(bind, table: str) -> None:
 
 
 def rebuild_fts(bind) -> None:
-    """Re-fill both inline v11 indexes from ``messages`` (used when adoption repairs FTS)."""
+    """Re-fill both inline v11 indexes from ``messages`` (used when adoption repairs FTS).
+
+    The old index is dropped, not emptied: a DELETE re-tokenizes every stored row to find
+    its entries, and an index another SQLite built does not always hold them (before
+    3.44 the tokenizers stopped at a NUL, as in upstream's ``\x00json:`` rows), which
+    SQLite then reports as a malformed database."""
     for table in FTS_TABLES:
-        bind.exec_driver_sql(f"DELETE FROM {table}")
+        bind.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        bind.exec_driver_sql(INLINE_FTS[table][0])
         _backfill(bind, table)
 
 

@@ -34,6 +34,7 @@ LAYERS = [
                     "hermes_store.migrations.pg_baseline", "hermes_store.migrations.versions",
                     "hermes_store.migrations.telegram_topics.versions"]),
     ("engine core", ["hermes_store.driver", "hermes_store.connections", "hermes_store.units",
+                     "hermes_store.unit_locks",
                      "hermes_store.display_order", "hermes_store.repository.dialect",
                      "hermes_store.repository.prebuilt", "hermes_store.repository.values",
                      "hermes_store.migrate.scripts", "hermes_store.migrate.topics",

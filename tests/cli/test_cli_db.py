@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import pytest
 from cli_support import *  # noqa: F403
@@ -127,7 +129,7 @@ def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head
     data = parse_json(result)
     assert set(data) == {
         "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
-        "schema_version", "journal_mode", "sessions", "messages",
+        "schema_version", "journal_mode", "sqlite_library", "filesystem", "sessions", "messages",
     }
     assert data["path"] == str(hermes_home / "state.db") and data["backend"] == "sqlite"
     assert (data["revision"], data["schema_version"], data["sessions"], data["messages"]) == (HEAD, 30, 6, 41)
@@ -140,7 +142,7 @@ def test_status_json_shape_on_each_engine(cli, store, backend):
     data = parse_json(cli(store, "--json", "status"))
     assert set(data) == {
         "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
-        "schema_version", "journal_mode", "sessions", "messages",
+        "schema_version", "journal_mode", "sqlite_library", "filesystem", "sessions", "messages",
     }
     assert (data["backend"], data["exists"], data["revision"], data["at_head"]) == (backend, True, HEAD, True)
     assert (data["schema_version"], data["sessions"], data["messages"]) == (30, 6, 41)
@@ -151,6 +153,7 @@ def test_status_json_shape_on_each_engine(cli, store, backend):
     else:  # a server keeps its own journal: nothing to report
         assert data["path"].startswith("postgresql+psycopg://postgres@/")
         assert (data["journal_mode"], data["wal_bytes"]) == (None, None)
+        assert (data["sqlite_library"], data["filesystem"]) == (None, None)
     human = cli(store, "status")
     assert "0030 (head)" in flat(human.stdout)
     assert_fits(human.stdout)

@@ -87,7 +87,8 @@ def test_read_commands_print_the_same_json_on_both_engines(cli, head_templates, 
         _without(on_server, "path", "size_bytes", "wal_bytes")
     for args in (["status"], ["db", "current"], ["db", "check"], ["db", "history"]):
         on_file, on_server = both(*args)
-        local = ("path", "backend", "size_bytes", "wal_bytes", "journal_mode")
+        local = ("path", "backend", "size_bytes", "wal_bytes", "journal_mode", "sqlite_library",
+                 "filesystem")
         assert _without(on_file, *local) == _without(on_server, *local), args
 
     # Search: the same hits in the same (time) order; snippets are cut by each engine's
@@ -193,7 +194,7 @@ def test_a_missing_database_is_not_found_and_says_how_to_create_it(cli, pg_serve
     assert _without(parse_json(status), "path", "head") == {
         "backend": "postgresql", "exists": False, "size_bytes": None, "wal_bytes": None,
         "revision": None, "at_head": False, "schema_version": None, "journal_mode": None,
-        "sessions": None, "messages": None}
+        "sqlite_library": None, "filesystem": None, "sessions": None, "messages": None}
     human = cli(url, "status")
     assert "createdb" in flat(human.stdout)
     for args in (["sessions", "list"], ["db", "upgrade"], ["db", "check"],
@@ -360,6 +361,7 @@ SQLITE_ONLY = {
     ("recover",): (["--output", "out.db"], "pg_dump"),
     ("db", "backup"): (["out.db"], "db copy"),
     ("maintenance", "repair"): ([], "maintenance doctor"),
+    ("maintenance", "journal-mode"): (["delete"], "its own write-ahead log"),
 }
 
 
@@ -404,6 +406,7 @@ COMMAND_ARGS: dict[tuple[str, ...], list[str]] = {
     ("sessions", "import"): ["import.jsonl"],
     ("maintenance", "doctor"): [],
     ("maintenance", "repair"): [],
+    ("maintenance", "journal-mode"): ["delete"],
     ("maintenance", "rebuild-fts"): [],
     ("maintenance", "optimize"): [],
     ("maintenance", "vacuum"): [],

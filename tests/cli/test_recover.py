@@ -4,8 +4,10 @@ bytes; the damaged file stays byte-identical."""
 from __future__ import annotations
 
 import hashlib
+import json
 import random
-import sqlite3
+import subprocess
+import sys
 
 import pytest
 from cli_support import *  # noqa: F403
@@ -16,14 +18,21 @@ from hermes_store import SessionDB, migrate
 STEM = "upstream-0.19.0-v22"
 
 
+#: asks ``dbstat`` where a table's pages are, in a child on the standard library's
+#: SQLite (pysqlite3's wheel is built without dbstat; a child keeps this process on one
+#: copy of SQLite)
+_PAGES = (
+    "import json, sqlite3, sys\n"
+    "conn = sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)\n"
+    "print(json.dumps([p for (p,) in conn.execute('SELECT pageno FROM dbstat WHERE name = ? "
+    "AND pagetype = ? ORDER BY pageno', (sys.argv[2], sys.argv[3]))]))\n"
+)
+
+
 def _pages(db, table: str, kind: str) -> list[int]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return [p for (p,) in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ? ORDER BY pageno", (table, kind)
-        )]
-    finally:
-        conn.close()
+    out = subprocess.run([sys.executable, "-c", _PAGES, str(db), table, kind],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
 
 
 def _overwrite(db, pages: list[int], seed: int) -> None:

@@ -65,7 +65,8 @@ def main() -> None:
             check=True,
         )
         # One self-contained file: fold the WAL in, as the other fixtures are.
-        import sqlite3
+        from hermes_store.backends.sqlite.library import dbapi as _dbapi
+        sqlite3 = _dbapi()
 
         conn = sqlite3.connect(work)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -9,7 +9,9 @@ import contextlib
 import hashlib
 import os
 import re
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import subprocess
 import sys
 from pathlib import Path

@@ -4,7 +4,9 @@ FTS repair, concurrent upgrades, and a revision that fails half-way."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import subprocess
 import sys
 import textwrap

@@ -80,7 +80,8 @@ def test_check_reports_an_adopted_upstream_file_as_clean(tmp_path, stem):
 
 
 def test_check_reports_real_drift_readably(tmp_path):
-    import sqlite3
+    from hermes_store.backends.sqlite.library import dbapi as _dbapi
+    sqlite3 = _dbapi()
 
     path = tmp_path / "state.db"
     migrate.upgrade(path)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import subprocess
 import sys
 import textwrap
@@ -248,7 +250,8 @@ def test_the_cli_creates_a_new_store_in_one_step(tmp_path, stairway_snapshot):
 
 
 def test_a_file_with_objects_of_its_own_is_still_refused(tmp_path):
-    import sqlite3
+    from hermes_store.backends.sqlite.library import dbapi as _dbapi
+    sqlite3 = _dbapi()
 
     from hermes_store import SessionDB
     from hermes_store.errors import NotADatabaseError

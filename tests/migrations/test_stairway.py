@@ -7,7 +7,9 @@ must follow, and the rows already in the file must still be there.
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 from mig_helpers import row_counts, schema, schema_version
 from support import schema_dump

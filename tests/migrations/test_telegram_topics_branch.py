@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 from pathlib import Path
 
 import pytest

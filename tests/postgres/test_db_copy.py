@@ -16,7 +16,9 @@ import hashlib
 import json
 import os
 import signal
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import subprocess
 import sys
 import time

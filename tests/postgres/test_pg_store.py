@@ -287,7 +287,7 @@ def test_each_door_runs_in_its_transaction_mode(pg_url):
     assert snapshot == ("repeatable read", "on", "0", False)
     assert unit_begin[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE; "
                              "SET LOCAL lock_timeout = 750")
-    assert "pg_advisory_xact_lock(" in lock[0] and upsert[0].startswith("INSERT")
+    assert lock[0].startswith("SELECT pg_advisory_xact_lock") and upsert[0].startswith("INSERT")
     assert unit == ("read committed", "off", "750ms", False)
 
 

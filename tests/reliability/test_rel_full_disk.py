@@ -9,7 +9,9 @@ own code path is exercised unchanged). The store keeps its connections checked o
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import pytest
 from sqlalchemy import event

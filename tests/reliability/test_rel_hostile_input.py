@@ -11,7 +11,9 @@ come back byte for byte, and may not change what a filter selects.
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import pytest
 

@@ -17,7 +17,9 @@ import os
 import re
 import shutil
 import subprocess
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 from pathlib import Path
 
 import pytest

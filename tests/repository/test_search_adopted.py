@@ -4,7 +4,9 @@ by search (decision D5: adoption loses no row and every message stays searchable
 from __future__ import annotations
 
 import re
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 from hermes_store import SessionDB
 

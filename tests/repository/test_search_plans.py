@@ -6,7 +6,9 @@ equal timestamps; both engines)."""
 from __future__ import annotations
 
 import logging
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 from contextlib import contextmanager
 
 import pytest

@@ -5,7 +5,9 @@ PostgreSQL, ``to_tsquery`` or a LIKE pattern."""
 from __future__ import annotations
 
 import logging
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -48,7 +48,8 @@ def call(label, fn, diverges=False):
     out.append([label, value])
 
 def tables():
-    import sqlite3
+    from hermes_store.backends.sqlite.library import dbapi as _dbapi
+    sqlite3 = _dbapi()
     c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return sorted(n for (n,) in c.execute(

@@ -59,6 +59,12 @@ class PostgresqlBackend(Backend):
 
         return COPYING
 
+    @property
+    def roles(self):
+        from . import roles
+
+        return roles
+
     # ------------------------------------------------------------------ location
 
     def require_driver(self, target) -> None:

@@ -74,15 +74,24 @@ class SQLiteBackend(Backend):
     # ------------------------------------------------------------------ engines
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
-                   max_overflow=None) -> OpenedStore:
+                   max_overflow=None, journal_mode=None) -> OpenedStore:
+        from . import journal
+
+        # An explicit journal mode reaches the migration that may create the file, too.
+        with journal.requesting(journal_mode):
+            return self._open_file(target.path, read_only=read_only,
+                                   auto_upgrade=auto_upgrade, retry=retry,
+                                   journal_mode=journal_mode)
+
+    def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode) -> OpenedStore:
         from ...connections import HeldConnections
         from ...errors import SchemaOutOfDateError, StoreNotFoundError
-        from .engine import create_engine
+        from .engine import AUTO, create_engine
         from .fileops import create_private_file
         from .files import check_not_symlink, ensure_schema, make_private, upgrade_hint
+        from .identity import FileWatch
         from .repair import probe_or_heal
 
-        path = target.path
         check_not_symlink(path)
         if not path.exists():
             if read_only:
@@ -96,15 +105,21 @@ class SQLiteBackend(Backend):
         elif not read_only:
             make_private(path)
         probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
+        # The file as opened: write units, checkpoints, VACUUM and new connections check
+        # it is still the one at the path (a rename over it: StoreReplacedError).
+        watch = FileWatch(path, set_aside=not read_only)
+        mode = journal_mode or AUTO
         engine = None
         if not read_only and auto_upgrade and path.stat().st_size == 0:
             from .create import open_new  # a new store: the head schema in one step (D18)
 
-            engine = open_new(path, busy_timeout=retry.busy_timeout)
+            engine = open_new(path, busy_timeout=retry.busy_timeout, journal_mode=mode,
+                              watch=watch)
         if engine is None:
             ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
-            engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout)
-        return OpenedStore(engine, path, HeldConnections(engine))
+            engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout,
+                                   journal_mode=mode, watch=watch)
+        return OpenedStore(engine, path, HeldConnections(engine), guard=watch)
 
     def inspection_engine(self, target) -> sa.Engine:
         from .engine import create_engine
@@ -201,8 +216,12 @@ class SQLiteBackend(Backend):
 
     def describe(self, target) -> dict:
         from .backup import journal_mode
+        from .filesystem import detect
+        from .library import library
 
-        return {"journal_mode": journal_mode(target.path)}
+        return {"journal_mode": journal_mode(target.path),
+                "sqlite_library": library().as_dict(),
+                "filesystem": detect(target.path).as_dict()}
 
     def size_bytes(self, conn, target) -> int | None:
         path = target.path

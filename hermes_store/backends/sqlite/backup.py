@@ -9,12 +9,13 @@ pages, read-only; ``journal_mode(path)`` without changing it.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import HermesStoreError
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
+from .library import integrity_problems
 
 SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -179,10 +180,12 @@ def integrity(conn: sqlite3.Connection, limit: int = 20, *, quick: bool = False)
     """SQLite's findings, empty when the file is sound."""
     pragma = "quick_check" if quick else "integrity_check"
     try:
-        rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}({limit})")]
+        # full-text index drift is not damage to the file (the indexes are rebuilt from
+        # messages; the FTS checks report it): library.integrity_problems
+        rows, _fts = integrity_problems(conn, pragma, max(limit, 100))
     except sqlite3.DatabaseError as exc:
         return [f"{pragma} could not run: {exc}"]
-    return [] if rows == ["ok"] else rows
+    return rows[:limit]
 
 
 __all__ = ["BackupResult", "FileHealth", "RecoveryError", "SIDECARS", "backup", "file_health",

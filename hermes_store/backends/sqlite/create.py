@@ -28,13 +28,13 @@ revisions as before; ``alembic upgrade head`` itself always climbs the stairway.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from . import head_schema
 from .fileops import migration_lock
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 
 #: what ``migrate.upgrade``'s ``progress`` hears for the one step
 PROGRESS = "head schema created in one step"
@@ -137,29 +137,33 @@ def create_file(path: Path, conn: sqlite3.Connection | None = None, *,
                 busy_timeout: float = 1.0) -> bool:
     """Give the empty file at ``path`` the head schema in one step, under the migration
     lock; False (nothing written) when it has any object already. ``conn``: a DBAPI
-    connection to it to use; else one of its own, in WAL mode as the engine sets it."""
+    connection to it to use; else one of its own, in the journal mode the engine would
+    give it (``journal.py``: WAL on a local disk, DELETE on a VM share or network mount,
+    or an explicit setting)."""
     with migration_lock(path):
         if conn is not None:
             return create(conn)
-        from .engine import apply_journal_mode
+        from . import journal
 
         own = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
         try:
             own.execute("PRAGMA synchronous=FULL")
-            apply_journal_mode(own)
+            journal.apply(own, journal.plan(path), path)
             return create(own)
         finally:
             own.close()
 
 
-def open_new(path: Path, *, busy_timeout: float) -> sa.Engine | None:
+def open_new(path: Path, *, busy_timeout: float, journal_mode: str | None = "auto",
+             watch=None) -> sa.Engine | None:
     """The engine of a new store: the file (of zero bytes) gets the head schema on the
     engine's first connection, which the store then keeps (no second open, and its
     pragmas and WAL mode from the engine's connect hook). None when the file holds
     objects after all (another process's): the caller goes the usual way."""
     from .engine import create_engine
 
-    engine = create_engine(path, busy_timeout=busy_timeout)
+    engine = create_engine(path, busy_timeout=busy_timeout, journal_mode=journal_mode,
+                           watch=watch)
     try:
         with engine.connect() as conn:
             created = create_file(path, conn.connection.dbapi_connection)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -28,13 +27,15 @@ from ...connections import autocommit, begin_statement
 from ...driver import driver_execute, uses_driver
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
+from . import journal as _journal
+from . import library as _library
 
 log = logging.getLogger(__name__)
 
 #: bytes a -wal file is cut back to after a checkpoint reset it (64 MiB)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
-#: messages SQLite gives when a filesystem cannot do WAL's shared memory (NFS/SMB/FUSE)
-_WAL_REFUSED = ("locking protocol", "not authorized")
+#: ``create_engine(journal_mode=AUTO)``: the journal plan decides (``journal.py``)
+AUTO = "auto"
 
 
 def sqlite_url(path: str | os.PathLike, *, read_only: bool = False) -> str:
@@ -45,40 +46,32 @@ def sqlite_url(path: str | os.PathLike, *, read_only: bool = False) -> str:
     return f"sqlite+pysqlite:///{p}"
 
 
-def apply_journal_mode(dbapi_conn: sqlite3.Connection) -> str:
-    """Switch to WAL; fall back to DELETE where the filesystem refuses WAL.
-
-    Returns the journal mode in force. A file whose header already says WAL is
-    never downgraded (that would fail under other live connections anyway).
-    """
-    cur = dbapi_conn.cursor()
-    try:
-        try:
-            mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        except sqlite3.OperationalError as exc:
-            if not any(s in str(exc).lower() for s in _WAL_REFUSED):
-                raise
-            log.warning("WAL refused by the filesystem (%s); using journal_mode=DELETE", exc)
-            mode = cur.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
-        return str(mode).lower()
-    finally:
-        cur.close()
-
-
 def create_engine(
     path: str | os.PathLike,
     *,
     read_only: bool = False,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     foreign_keys: bool = True,
-    journal_mode: str | None = "WAL",
+    journal_mode: str | None = AUTO,
     poolclass=None,
+    watch=None,
 ) -> Engine:
-    """An Engine for one SQLite file with the connect and begin hooks installed.
+    """An Engine for one SQLite file with the connect and begin hooks installed, on the
+    package's SQLite library (``library.py``: SQLAlchemy's pysqlite dialect takes its
+    DB-API module), whose FTS5/trigram capabilities are checked here.
 
-    ``journal_mode=None`` leaves the file's journal mode alone (used when we must
-    not write to a file we are only inspecting).
+    ``journal_mode``: ``AUTO`` plans it (``journal.py``: an explicit setting, else the
+    filesystem), ``"wal"``/``"delete"`` is an explicit setting, None leaves the file's
+    journal mode alone (used when we must not write to a file we are only inspecting).
+    ``watch`` (``identity.FileWatch``): a connection made after the file was replaced
+    fails with ``StoreReplacedError`` before it could change the new file (its journal
+    mode) — a store never switches files by itself.
     """
+    lib = _library.check_capabilities()
+    _library.warn_if_affected()
+    plan = None
+    if journal_mode is not None and not read_only:
+        plan = _journal.plan(path, None if journal_mode == AUTO else journal_mode)
     kwargs = {}
     if poolclass is not None:
         kwargs["poolclass"] = poolclass
@@ -88,9 +81,11 @@ def create_engine(
         kwargs["max_overflow"] = -1
     engine = sa.create_engine(
         sqlite_url(path, read_only=read_only),
+        module=lib.module,
         connect_args={"timeout": busy_timeout, "check_same_thread": False},
         **kwargs,
     )
+    label = Path(path)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -108,10 +103,10 @@ def create_engine(
                 cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         finally:
             cur.close()
-        if journal_mode == "WAL" and not read_only:
-            apply_journal_mode(dbapi_conn)
-        elif journal_mode and not read_only:
-            dbapi_conn.execute(f"PRAGMA journal_mode={journal_mode}")
+        if watch is not None:
+            watch.check()
+        if plan is not None:
+            _journal.apply(dbapi_conn, plan, label)
 
     event.listen(engine, "begin", _on_begin)
     return engine
@@ -168,5 +163,5 @@ def vacuum(engine: Engine, label: object) -> None:
         raise_translated(exc, label)
 
 
-__all__ = ["WAL_SIZE_LIMIT", "apply_journal_mode", "checkpoint", "create_engine", "sqlite_url",
+__all__ = ["AUTO", "WAL_SIZE_LIMIT", "checkpoint", "create_engine", "sqlite_url",
            "synchronous_normal", "vacuum"]

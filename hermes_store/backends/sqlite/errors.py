@@ -10,12 +10,14 @@ not expose codes). ``sqlite_errors(path)`` re-raises inside a block.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from typing import Iterator, NoReturn
 
 import sqlalchemy as sa
 
 from ... import errors
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 
 def sqlite_error_name(exc: BaseException) -> str:
@@ -58,6 +60,10 @@ def translate_error(exc: BaseException, path: object) -> BaseException | None:
         # A duplicated schema entry (upstream #43149) is healable in place.
         hint = errors.REPAIR_HINT if "already exists" in text else errors.RECOVER_HINT
         return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {hint}")
+    if name == "SQLITE_READONLY_DBMOVED":
+        # SQLite's own check (rollback-journal mode): the file was renamed or replaced
+        return errors.StoreReplacedError(path, "SQLite found the file moved since it was "
+                                         "opened (SQLITE_READONLY_DBMOVED)")
     if name.startswith("SQLITE_READONLY") or "readonly database" in text:
         return errors.DatabaseAccessError(
             f"{path} is read-only ({text}); make the file and its directory writable, or "

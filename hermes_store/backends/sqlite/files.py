@@ -12,13 +12,14 @@ with the command to run.
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 from ...errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .stamp import stamped_at_head
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
+from .library import integrity_problems
 
 #: a non-empty -wal at open is verified with quick_check up to this database size;
 #: beyond it the full scan would make every open slow, so only the schema is read
@@ -113,9 +114,10 @@ def probe_database(path: str | os.PathLike) -> None:
         if _wal_needs_verifying(Path(path)):
             # A -wal left by a crash (or copied in from another file) is replayed on
             # read; a foreign one shows up only as damage in the pages it overlays.
-            problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
-            if problems != ["ok"]:
-                raise sqlite3.DatabaseError("; ".join(problems))
+            # (Full-text index drift is not damage to the file: integrity_problems.)
+            problems, _fts = integrity_problems(conn, "quick_check")
+            if problems:
+                raise sqlite3.DatabaseError("; ".join(problems[:5]))
     except sqlite3.DatabaseError as exc:
         name = getattr(exc, "sqlite_errorname", "")
         if name == "SQLITE_NOTADB" or "not a database" in str(exc):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sqlite3
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -41,6 +40,9 @@ from typing import Callable, Iterator
 from ...errors import NotADatabaseError
 from .backup import SIDECARS, RecoveryError
 from .backup import integrity as _integrity
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 #: rows per read while the table reads cleanly
 CHUNK = 1000

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -53,6 +52,9 @@ from ...errors import (
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .files import probe_database
+from .identity import FileWatch
+from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
+from .library import integrity_problems
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +250,10 @@ def _refuse(p: Path, diagnosis: Diagnosis) -> None:
 
 
 def _heal_exclusively(p: Path, busy_timeout: float) -> tuple[list[Path], list[SchemaEntry]]:
+    # The file diagnosed; a rename over it meanwhile must not get the old one "healed"
+    # (upstream #89332 repaired the wrong file): checked under the lock, and again
+    # before the first write.
+    watch = FileWatch(p)
     conn = sqlite3.connect(p, isolation_level=None, timeout=busy_timeout)
     try:
         conn.execute("PRAGMA writable_schema=ON")
@@ -271,7 +277,9 @@ def _heal_exclusively(p: Path, busy_timeout: float) -> tuple[list[Path], list[Sc
         if problem or not removed:
             conn.execute("ROLLBACK")
             _refuse(p, Diagnosis(p, False, removed, problem or "no duplicated entry any more"))
+        _still_the_file(conn, watch)
         backup = _backup(p)
+        _still_the_file(conn, watch)
         for entry in removed:
             conn.execute("DELETE FROM sqlite_master WHERE rowid = ?", (entry.rowid,))
         cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
@@ -281,6 +289,12 @@ def _heal_exclusively(p: Path, busy_timeout: float) -> tuple[list[Path], list[Sc
         return backup, removed
     finally:
         conn.close()
+
+
+def _still_the_file(conn, watch: FileWatch) -> None:
+    if watch.replaced():
+        conn.execute("ROLLBACK")
+        watch.check()  # StoreReplacedError naming the path
 
 
 def _backup(p: Path) -> list[Path]:
@@ -314,12 +328,12 @@ def _verify(p: Path, backup: list[Path]) -> None:
     conn = sqlite3.connect(p, isolation_level=None, timeout=DEFAULT_BUSY_TIMEOUT)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+        problems, _fts = integrity_problems(conn, "integrity_check")
     except sqlite3.DatabaseError as exc:
         problems = [str(exc)]
     finally:
         conn.close()
-    if problems != ["ok"]:
+    if problems:
         raise DatabaseDamagedError(
             f"{p}: the duplicated full-text schema entries were removed, but the file is still "
             f"damaged ({'; '.join(problems[:3])}). The file as it was before is kept at "

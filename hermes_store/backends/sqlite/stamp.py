@@ -7,10 +7,12 @@ migrations (``backends/sqlite/migrate``), which adopt, upgrade or refuse the fil
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 from ...revisions import head
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from .library import SQLITE as sqlite3
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:

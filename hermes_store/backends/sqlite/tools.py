@@ -1,7 +1,9 @@
 """The operations a file store has and a server does not (``Backend.files``): a
 consistent online backup, salvage of a damaged file, healing duplicated FTS schema rows,
-and what SQLite says of a file's health. The CLI's ``db backup``, ``recover``,
-``maintenance repair`` and ``doctor`` use them through the backend."""
+switching the journal mode offline, and what SQLite says of a file's health — including
+``findings``: the SQLite library and the journal mode against the filesystem. The CLI's
+``db backup``, ``recover``, ``maintenance repair``/``journal-mode`` and ``doctor`` use
+them through the backend."""
 
 from __future__ import annotations
 
@@ -31,6 +33,55 @@ class SQLiteFiles:
         from .backup import journal_mode
 
         return journal_mode(path)
+
+    def set_journal_mode(self, path, mode: str) -> tuple[str, str]:
+        """(before, after); refused while another connection has the file open."""
+        from .journal import convert
+
+        return convert(path, mode)
+
+    def findings(self, path, journal_mode: str | None) -> list[tuple[str, str, str]]:
+        """``doctor``'s (check, status, detail) for the library and the journal mode."""
+        return [_library_finding(), _journal_finding(path, journal_mode)]
+
+
+def _library_finding() -> tuple[str, str, str]:
+    """Which SQLite library runs the store here, and whether it has the WAL-reset fix."""
+    from .library import library
+
+    lib = library()
+    if lib.has_wal_reset_fix:
+        return ("sqlite", "ok", lib.describe())
+    return ("sqlite", "warning", lib.advice())
+
+
+def _journal_finding(path, mode: str | None) -> tuple[str, str, str]:
+    """The file's journal mode against what its filesystem (or an explicit setting)
+    calls for: WAL on a VM share or a network mount is a problem, with the fix."""
+    from . import journal
+
+    mode = (mode or "").lower()
+    plan = journal.plan(path)
+    fs = plan.filesystem
+    where = f"on {fs.describe()}"
+    fix = plan.conversion_hint(path)
+    if mode == "wal" and not fs.wal_safe:
+        if plan.mode == "wal":  # asked for explicitly: the operator's call
+            return ("journal_mode", "warning",
+                    f"wal {where}, as {journal.ENV}=wal asks; {fs.why_not_wal()}")
+        return ("journal_mode", "problem", f"wal {where}: {fs.why_not_wal()}, so concurrent "
+                f"writers can corrupt it. Fix: {fix} (or move state.db to a local disk or a "
+                "named volume)")
+    if mode == "wal" and plan.mode == "delete":
+        return ("journal_mode", "warning", f"wal {where}, but delete is asked for "
+                f"({journal.ENV}); an open never switches a WAL file: {fix}")
+    if mode == "wal":
+        return ("journal_mode", "ok", f"wal {where}")
+    if mode == "delete" and plan.mode == "delete":
+        why = fs.why_not_wal() if not plan.explicit else f"asked for by {journal.ENV}"
+        return ("journal_mode", "ok", f"delete {where} ({why})")
+    return ("journal_mode", "warning", f"journal_mode={mode or 'unknown'} {where} (WAL "
+            "expected here: the next store opened on it switches it to WAL)")
 
 
 FILES = SQLiteFiles()

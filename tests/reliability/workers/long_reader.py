@@ -8,7 +8,9 @@ Prints "holding" once the snapshot is taken, then waits for a line on stdin
 
 from __future__ import annotations
 
-import sqlite3
+from hermes_store.backends.sqlite.library import dbapi as _dbapi
+
+sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 import sys
 
 from _common import signal_line

@@ -58,7 +58,6 @@ keys (``*_KEY``), ``TOOL_CONTENT_PREFIX_CHARS``, ``TRIGRAM_EXCLUDED_SOURCES``.
 from __future__ import annotations
 
 import logging
-import sqlite3
 
 from sqlalchemy.engine import Connection
 
@@ -68,6 +67,9 @@ from ....fts.layout import (
     TRIGRAM_EXCLUDED_SOURCES,
     TRIGRAM_TABLE,
 )
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from ..library import SQLITE as sqlite3
 
 log = logging.getLogger(__name__)
 
@@ -343,9 +345,15 @@ def _probe_fts5_table(conn: Connection, options: str) -> str | None:
 
 
 def table_usable(conn: Connection, table: str) -> bool:
-    """True when FTS table ``table`` can be opened here (its tokenizer loads)."""
+    """True when FTS table ``table`` can be opened here (its tokenizer loads).
+
+    A query that tokenizes is needed: since SQLite 3.4x FTS5 loads a table's tokenizer
+    only when it first tokenizes, so a plain ``SELECT … WHERE 0`` succeeds without it.
+    (One index lookup for a word no message has.)"""
     try:
-        _driver(conn).execute(f"SELECT rowid FROM {table} WHERE 0")
+        _driver(conn).execute(
+            f"SELECT count(*) FROM {table} WHERE {table} MATCH '\"hermesstoreprobe\"'"
+        ).fetchone()
     except sqlite3.Error as exc:
         log.debug("%s cannot be opened: %s", table, exc)
         return False

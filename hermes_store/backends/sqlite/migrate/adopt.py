@@ -24,6 +24,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.pool import StaticPool
 
 from .... import errors
+from .. import library as _library
 from .inspect import classify
 
 
@@ -81,7 +82,7 @@ def _normalized(sql: str) -> str:
 
 
 def _memory_engine() -> sa.Engine:
-    engine = sa.create_engine("sqlite://", poolclass=StaticPool)
+    engine = sa.create_engine("sqlite://", poolclass=StaticPool, module=_library.dbapi())
 
     @sa.event.listens_for(engine, "connect")
     def _no_driver_transactions(dbapi_conn, _record):

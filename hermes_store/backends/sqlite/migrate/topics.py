@@ -9,7 +9,6 @@ upstream created is adopted like the main chain (``adopt_telegram_topics``).
 from __future__ import annotations
 
 import logging
-import sqlite3
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +35,9 @@ from ....migrate.topics import (
 from ..errors import sqlite_errors
 from .adopt import heal, join_or_begin, revision_shape
 from .inspect import inspect_file
+#: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
+#: per process
+from ..library import SQLITE as sqlite3
 
 log = logging.getLogger(__name__)
 
