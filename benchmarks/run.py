@@ -32,7 +32,7 @@ from _common import RESULTS, Row, _fmt, add_arguments, format_markdown, format_r
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
 ORDER = ("size", "append", "batch", "search", "read", "coldstart", "create", "export",
-         "adoption", "pg_writers", "pg_search", "pg_turns")
+         "adoption", "pg_writers", "pg_search", "pg_turns", "agent_hook")
 
 
 def main(argv=None) -> int:

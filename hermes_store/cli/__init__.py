@@ -15,7 +15,7 @@ from ..startup import collector_paused, skip_final_collection
 with collector_paused():  # the commands' imports: see hermes_store.startup
     import typer
 
-    from . import db, maintenance, recover, search, sessions
+    from . import agent, db, maintenance, recover, search, sessions
     from .common import HermesGroup, JsonOption, State, out, state
     from .output import human_bytes
 
@@ -119,6 +119,7 @@ app.add_typer(sessions.app, name="sessions")
 app.add_typer(maintenance.app, name="maintenance")
 search.register(app)
 recover.register(app)
+agent.register(app)
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from .dialect import keep_ids_ahead
 from .message_rows import _INSERT_MESSAGE, _bulk_rows
-from .sessions import store_prompt
+from .sessions import keeps_prompts_inline, store_prompt
 from .values import scrub_surrogates
 
 S = schema.sessions
@@ -335,6 +335,7 @@ class SessionWriter:
     def __init__(self) -> None:
         self.tally = ImportTally()
         self._links: dict[str, str] = {}  # child -> parent, not yet linked, in order
+        self._inline: bool | None = None  # keeps_prompts_inline, read on first use
 
     # -- sessions
 
@@ -363,6 +364,11 @@ class SessionWriter:
             values["system_prompt_hash"] = store_prompt(conn, prompt)
         elif values.get("system_prompt_hash"):
             self._keep_prompt(conn, values, prompt_row)
+        if values.get("system_prompt_hash") and values.get("system_prompt") is None \
+                and self._keeps_prompts_inline(conn):  # a file shared with pre-v25 readers
+            values["system_prompt"] = conn.execute(
+                sa.select(P.c.prompt).where(P.c.hash == values["system_prompt_hash"])
+            ).scalar()
         self._unique_title(conn, values)
         conn.execute(sa.insert(S), values)
         for row in usage:
@@ -371,6 +377,11 @@ class SessionWriter:
             self._links[sid] = parent
         self.tally.imported_ids.append(sid)
         return True
+
+    def _keeps_prompts_inline(self, conn: sa.Connection) -> bool:
+        if self._inline is None:
+            self._inline = keeps_prompts_inline(conn)
+        return self._inline
 
     def add_prepared(self, conn: sa.Connection, prepared: PreparedSession) -> bool:
         """A checked upstream-format entry: its session and messages."""

@@ -5,6 +5,11 @@ System prompts are stored once in ``system_prompts`` (schema v25) and referenced
 ``sessions.system_prompt_hash``; every read returns the prompt text under the
 ``system_prompt`` key, falling back to the inline column of rows written before v25
 or by an upstream build that still writes inline.
+
+A file shared with a reader from before v25 (upstream 0.19.0, which reads only
+``sessions.system_prompt``) carries ``state_meta.inline_system_prompts = "1"``: while it
+does, every prompt written is also kept inline (``keeps_prompts_inline``; set by
+``hermes_store.agent``, see docs/agent.md).
 """
 
 from __future__ import annotations
@@ -137,6 +142,17 @@ def _session_count(source, exclude_sources, cwd_prefix, min_message_count, inclu
 
 # --------------------------------------------------------------------------- prompts
 
+#: ``state_meta`` key: "1" while the file is shared with a pre-v25 reader (module doc)
+INLINE_PROMPTS_KEY = "inline_system_prompts"
+M = schema.state_meta
+
+
+def keeps_prompts_inline(conn: sa.Connection) -> bool:
+    """Whether prompts are also to be written inline (``INLINE_PROMPTS_KEY``)."""
+    stmt = sa.select(M.c.value).where(M.c.key == INLINE_PROMPTS_KEY)
+    return conn.execute(stmt).scalar() == "1"
+
+
 def store_prompt(conn: sa.Connection, prompt: str) -> str:
     """Insert the prompt text once; return its hash. The unit shares the prompt's lock
     with every unit that stores it, so no unit deletes it meanwhile."""
@@ -160,6 +176,14 @@ def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None])
 
 
 class SessionsMixin(RepositoryBase):
+    def _inline_prompts(self, conn: sa.Connection) -> bool:
+        """``keeps_prompts_inline``, read once per store (the marker is set at most once
+        per file, by ``hermes_store.agent`` when it opens the file)."""
+        flag = self.__dict__.get("_inline_prompts_flag")
+        if flag is None:
+            flag = self.__dict__["_inline_prompts_flag"] = keeps_prompts_inline(conn)
+        return flag
+
     # ------------------------------------------------------------------ create / upsert
 
     def create_session(
@@ -235,6 +259,8 @@ class SessionsMixin(RepositoryBase):
                    "started_at": time.time(), **fields}
             if prompt is not None:  # "" is a prompt too; only None means none
                 row["system_prompt_hash"] = store_prompt(conn, prompt)
+                if self._inline_prompts(conn):
+                    row["system_prompt"] = prompt
             conn.execute(sa.insert(S).values(**row))
             return
         fill = {
@@ -245,6 +271,8 @@ class SessionsMixin(RepositoryBase):
         if (prompt is not None and existing.system_prompt is None
                 and existing.system_prompt_hash is None):
             fill["system_prompt_hash"] = store_prompt(conn, prompt)
+            if self._inline_prompts(conn):
+                fill["system_prompt"] = prompt
         if fill:
             conn.execute(sa.update(S).where(S.c.id == session_id).values(**fill))
 
@@ -330,10 +358,11 @@ class SessionsMixin(RepositoryBase):
             if old is None:
                 return
             digest = store_prompt(conn, prompt) if prompt is not None else None
+            inline = prompt if digest is not None and self._inline_prompts(conn) else None
             conn.execute(
                 sa.update(S)
                 .where(S.c.id == session_id)
-                .values(system_prompt=None, system_prompt_hash=digest)
+                .values(system_prompt=inline, system_prompt_hash=digest)
             )
             if old.system_prompt_hash != digest:
                 drop_unreferenced_prompts(conn, [old.system_prompt_hash])

@@ -47,8 +47,9 @@ LAYERS = [
                               "hermes_store.migrations.env",
                               "hermes_store.migrations.telegram_topics.env"]),
     ("tools", ["hermes_store.transfer", "hermes_store.dbcopy"]),
-    ("cli", ["hermes_store.cli", "hermes_store.__main__"]),
+    # Hermes Agent's hermes_state and the switch (issue 16): the CLI drives the switch
     ("agent", ["hermes_store.agent"]),
+    ("cli", ["hermes_store.cli", "hermes_store.__main__"]),
     ("benchmarks", ["benchmarks"]),
 ]
 CORE_FORBIDDEN = ("hermes_store.backends.postgresql", "psycopg")

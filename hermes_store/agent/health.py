@@ -1,0 +1,237 @@
+"""The file-health helpers of upstream's ``hermes_state`` the agent calls, over this
+package's own probe, repair and FTS upkeep (issue 16, item 1).
+
+* ``apply_wal_with_fallback(conn, db_label=…)`` — on any ``sqlite3`` connection (the
+  agent uses it on its kanban, projects, response and memory databases too): WAL, or
+  DELETE where the filesystem refuses WAL's shared memory (one warning per label per
+  process); never downgrades a connection already in WAL; returns ``"wal"``/``"delete"``.
+* ``is_malformed_db_error(exc)`` — a malformed schema or disk image: a ``sqlite3``
+  error saying so, or the package's ``DatabaseDamagedError``.
+* ``db_opens_cleanly(path)`` — None when the store would open and take writes, else the
+  reason: the package's probe (not a database, damaged schema, a foreign ``-wal``),
+  ``integrity_check``, and a write driven through the full-text triggers and rolled
+  back (a corrupt FTS index passes reads and ``integrity_check`` but refuses every
+  message insert). A file held by a writer is not damaged: None.
+* ``repair_state_db_schema(path, backup=True)`` — the package's repairs in order:
+  duplicated full-text schema entries are healed (``backends.sqlite.repair``, which
+  always keeps a byte copy), a full-text index that refuses writes is rebuilt from
+  ``messages`` (after a consistent backup, ``backends.sqlite.backup``); anything else is left
+  untouched and the report names ``hermes-store recover``. The report has upstream's
+  keys: ``repaired``, ``strategy``, ``backup_path``, ``error``.
+
+A path that names the server database (``HERMES_STATE_DATABASE_URL``, see
+``hermes_state``) is answered for that database: it opens cleanly when the store opens
+and its full-text check passes; there is nothing to repair in place on a server.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import errors as E
+
+log = logging.getLogger("hermes_store.agent")
+
+#: what SQLite says when a filesystem cannot do WAL's shared memory (NFS/SMB/FUSE)
+WAL_REFUSED = ("locking protocol", "not authorized")
+_MALFORMED = ("malformed database schema", "database disk image is malformed")
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _journal_mode(conn: sqlite3.Connection) -> str | None:
+    try:
+        row = conn.execute("PRAGMA journal_mode").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    mode = row[0] if row else None
+    if isinstance(mode, bytes):
+        mode = mode.decode("ascii", "replace")
+    return str(mode).lower() if mode is not None else None
+
+
+def _darwin_durability(conn: sqlite3.Connection) -> None:
+    """macOS's fsync does not reach the platter: full fsync at checkpoints, FULL sync."""
+    if sys.platform != "darwin":
+        return
+    for pragma in ("PRAGMA checkpoint_fullfsync=1", "PRAGMA synchronous=FULL"):
+        try:
+            conn.execute(pragma)
+        except sqlite3.OperationalError:
+            pass
+
+
+def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
+    """WAL on ``conn``, or DELETE where the filesystem refuses WAL (module docstring)."""
+    if _journal_mode(conn) == "wal":  # already WAL: nothing to set (nor to unlink)
+        _darwin_durability(conn)
+        return "wal"
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError as exc:
+        if not any(marker in str(exc).lower() for marker in WAL_REFUSED):
+            raise
+        if _journal_mode(conn) == "wal":
+            raise  # another process runs the file in WAL: never downgrade it
+        with _warned_lock:
+            first = db_label not in _warned
+            _warned.add(db_label)
+        if first:
+            log.warning("%s: this filesystem refuses WAL (%s); using journal_mode=DELETE "
+                        "(slower, but it works on NFS/SMB/FUSE)", db_label, exc)
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return "delete"
+    _darwin_durability(conn)
+    return "wal"
+
+
+def is_malformed_db_error(exc: BaseException) -> bool:
+    if isinstance(exc, E.DatabaseDamagedError):
+        return True
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    return any(marker in str(exc).lower() for marker in _MALFORMED)
+
+
+# --------------------------------------------------------------------------- SQLite files
+
+def _write_probe(path: Path) -> str | None:
+    """Drive one session and one message through the triggers, then roll back."""
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=1.0)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            probe = f"_hermes_store_write_probe_{time.time_ns()}"
+            conn.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, ?, ?)",
+                         (probe, "_probe", time.time()))
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
+                         "VALUES (?, ?, ?, ?)", (probe, "user", "write probe", time.time()))
+        finally:
+            if conn.in_transaction:  # SQLite may have rolled back on its own
+                conn.execute("ROLLBACK")
+        return None
+    except sqlite3.DatabaseError as exc:
+        text = str(exc)
+        lowered = text.lower()
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) \
+                or "locked" in lowered or "busy" in lowered:
+            return None  # a writer holds it: busy, not damaged
+        if "no such table" in lowered or "no such column" in lowered:
+            return None  # an empty or older file: the store creates or upgrades it
+        return text
+    finally:
+        conn.close()
+
+
+def _file_check(path: Path) -> tuple[str, str | None]:
+    """(stage, reason): reason None when healthy; stage says which check failed."""
+    from ..backends.sqlite.backup import file_health
+    from ..backends.sqlite.files import probe_database
+
+    try:
+        probe_database(path)
+        problems = [p for p in file_health(path).integrity if p.lower() != "ok"]
+    except (E.HermesStoreError, sqlite3.DatabaseError) as exc:
+        return "probe", str(exc)
+    if problems:
+        return "integrity", "; ".join(problems[:3])
+    return "write", _write_probe(path)
+
+
+def _file_opens_cleanly(path: Path) -> str | None:
+    return _file_check(path)[1]
+
+
+def _report(**kw) -> dict[str, Any]:
+    report: dict[str, Any] = {"repaired": False, "strategy": None, "backup_path": None,
+                              "error": None}
+    report.update(kw)
+    return report
+
+
+def _backup_beside(path: Path) -> Path:
+    from ..backends.sqlite.backup import backup
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    dest = path.with_name(f"{path.name}.repair-backup-{stamp}")
+    backup(path, dest)
+    return dest
+
+
+def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
+    from ..backends.sqlite import repair as file_repair
+
+    if not path.exists():
+        return _report(error=f"{path} does not exist")
+    stage, reason = _file_check(path)
+    if reason is None:
+        return _report(repaired=True, strategy="already_healthy")
+    diagnosis = file_repair.diagnose(path)
+    if diagnosis.healable:
+        try:
+            healed = file_repair.repair(path)  # always keeps a byte copy first
+        except E.HermesStoreError as exc:
+            return _report(error=str(exc))
+        after = _file_opens_cleanly(path)
+        return _report(repaired=after is None, strategy="dedup_schema",
+                       backup_path=healed.backup[0] if healed.backup else None, error=after)
+    if stage != "write":
+        return _report(error=f"{reason}; {E.RECOVER_HINT}")
+    # The schema loads and passes integrity_check, yet a write through the triggers
+    # fails: the full-text index refuses writes (its structure record is corrupt; the
+    # message varies with SQLite's version). Rebuild it from messages: only derived
+    # index data is rewritten, never a row.
+    backup_path = None
+    try:
+        if backup:
+            backup_path = str(_backup_beside(path))
+        from ..store import SessionDB
+
+        with SessionDB(path) as db:
+            db.rebuild_fts()
+    except E.HermesStoreError as exc:
+        return _report(backup_path=backup_path, error=f"{exc}; {E.RECOVER_HINT}")
+    after = _file_opens_cleanly(path)
+    if after is not None:
+        return _report(backup_path=backup_path, strategy="rebuild_fts",
+                       error=f"{after}; {E.RECOVER_HINT}")
+    log.warning("%s: full-text indexes rebuilt from messages (backup: %s)", path, backup_path)
+    return _report(repaired=True, strategy="rebuild_fts", backup_path=backup_path)
+
+
+# --------------------------------------------------------------------------- either engine
+
+def _server_opens_cleanly(url: str) -> str | None:
+    from ..store import SessionDB
+
+    try:
+        with SessionDB(url, read_only=True) as db:
+            problems = db.fts_integrity_check()
+    except E.HermesStoreError as exc:
+        return str(exc)
+    return "; ".join(problems[:3]) if problems else None
+
+
+def db_opens_cleanly(path, server_url: Callable[[Any], str | None]) -> str | None:
+    url = server_url(path)
+    if url is not None:
+        return _server_opens_cleanly(url)
+    return _file_opens_cleanly(Path(path))
+
+
+def repair_state_db_schema(path, *, backup: bool, server_url: Callable[[Any], str | None]) -> dict[str, Any]:
+    url = server_url(path)
+    if url is None:
+        return _repair_file(Path(path), backup)
+    reason = _server_opens_cleanly(url)
+    if reason is None:
+        return _report(repaired=True, strategy="already_healthy")
+    return _report(error=f"{reason} (a PostgreSQL database is not repaired in place: "
+                         "run `hermes-store maintenance doctor`)")
