@@ -143,9 +143,10 @@ class UnsupportedServerError(HermesStoreError):
 
 
 class CommitOutcomeUnknownError(HermesStoreError):
-    """The connection was lost while a write unit's COMMIT was on its way: the server
-    may or may not have applied it. Never retried (a retried append would be stored
-    twice); the caller must look before writing again."""
+    """The connection was lost while a write unit's COMMIT was on its way, and the
+    server could not say whether it applied it (it stayed away past the outage budget,
+    or has another history: a failover to a promoted standby). Never retried (a retried
+    append would be stored twice); the caller must look before writing again."""
 
 
 class CopyError(HermesStoreError):

@@ -39,6 +39,10 @@ DEFAULT_OUTAGE_TIMEOUT = 30.0
 #: the longest pause between two tries during an outage
 OUTAGE_PAUSE_MAX = 1.0
 
+#: what became of a unit whose connection was lost while COMMIT was on its way
+#: (``Backend.commit_outcome``)
+COMMITTED, ABORTED, IN_PROGRESS = "committed", "aborted", "in progress"
+
 #: per thread: the locks held by each unit running on it, by its connection's id
 #: (``hold`` is called with a connection only)
 _running = threading.local()
@@ -132,9 +136,11 @@ class WriteUnits:
     contention (decisions D8, D13).
 
     A unit is retried only when it failed *before* its COMMIT returned, so a unit that
-    committed is never applied twice; a connection lost while COMMIT was on its way
-    (PostgreSQL) is an unknown outcome, raised as ``CommitOutcomeUnknownError`` and
-    never retried.
+    committed is never applied twice. When the connection is lost while COMMIT is on
+    its way (PostgreSQL), the backend is asked on a fresh connection what became of it
+    (``Backend.commit_outcome``, within the outage budget): committed — the unit's
+    result is returned; aborted — it is re-run; otherwise it is an unknown outcome,
+    raised as ``CommitOutcomeUnknownError`` and never retried.
 
     The backend decides the rest. SQLite (``backend.holds_connections`` and
     ``serializes_units``): each thread runs its units on its own held writer connection,
@@ -151,6 +157,7 @@ class WriteUnits:
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
                  backend: "Backend", guard=None) -> None:
         self.backend = backend
+        self._engine = engine
         #: ``OpenedStore.guard``: checked before every attempt and checkpoint, so nothing
         #: is written to a database that is no longer the one opened (a replaced file)
         self.guard = guard
@@ -163,6 +170,9 @@ class WriteUnits:
         self.committed = 0
         #: busy retries seen since creation (load tests and benchmarks report it)
         self.retries = 0
+        #: units whose COMMIT was on its way when the connection was lost, and whose
+        #: outcome the server was asked about (``_settle``)
+        self.commits_in_doubt = 0
 
     def active_connection(self) -> sa.Connection | None:
         """The connection of the unit running on this thread, if any."""
@@ -201,6 +211,16 @@ class WriteUnits:
                         result = self._attempt(conn, fn, locks)
             except CommitOutcomeUnknownError:
                 raise
+            except _CommitInDoubt as doubt:
+                if outage is None:
+                    outage = Outage(policy)
+                if self._settle(doubt, outage) == ABORTED:
+                    # nothing of it was stored: re-run it, as one lost before COMMIT
+                    if not outage.wait():
+                        raise outage.error(doubt.lost, self.label, backend) from doubt.lost
+                    self.retries += 1
+                    continue
+                result = doubt.result  # it committed: the unit's result stands
             except BaseException as exc:
                 if not isinstance(exc, sa.exc.DBAPIError):
                     raise
@@ -227,6 +247,38 @@ class WriteUnits:
                 self.checkpoint()
             return result
 
+    def _settle(self, doubt: "_CommitInDoubt", outage: Outage) -> str:
+        """COMMITTED or ABORTED for a unit whose COMMIT was on its way when its
+        connection was lost, asked again while the answer is pending or the server away
+        (within ``outage``); raises ``CommitOutcomeUnknownError`` when it cannot be told."""
+        self.commits_in_doubt += 1
+        backend, why = self.backend, "the server cannot tell"
+        while doubt.ticket is not None:
+            try:
+                status = backend.commit_outcome(self._engine, doubt.ticket)
+            except sa.exc.DBAPIError as exc:
+                if not backend.is_connection_lost(exc):
+                    why = f"asking the server failed: {getattr(exc, 'orig', exc)}"
+                    break
+                why = "the server stayed away"
+            else:
+                if status in (COMMITTED, ABORTED):
+                    return status
+                if status is None:
+                    why = "the server cannot tell"
+                    break
+                why = "it was still being committed"
+            if not outage.wait():
+                break
+        from .errors import CommitOutcomeUnknownError
+
+        raise CommitOutcomeUnknownError(
+            f"{self.label}: the connection was lost while the write was being committed "
+            f"({getattr(doubt.lost, 'orig', doubt.lost)}), and whether the server stored it "
+            f"is not known ({why}). It was not retried (that could store it twice): read "
+            "the data back before writing it again."
+        ) from doubt.lost
+
     def commits_on_this_thread(self) -> int:
         """How many units this thread has committed (the API boundary asks whether a
         call wrote anything before its read lost its connection)."""
@@ -243,11 +295,12 @@ class WriteUnits:
                 finally:
                     local.conn = None
         running = _running_units()
+        ticket = None
         try:
             trans = conn.begin()  # the begin hook picks the engine's mode
             if backend.locks_units:
                 held = HeldLocks()
-                backend.lock_unit(conn, locks, held)
+                ticket = backend.start_unit(conn, locks, held)
                 running[id(conn)] = (backend, held)
             local.conn = conn
             try:
@@ -268,14 +321,7 @@ class WriteUnits:
         except BaseException as exc:
             end_failed_transaction(conn)
             if isinstance(exc, sa.exc.DBAPIError) and backend.is_connection_lost(exc):
-                from .errors import CommitOutcomeUnknownError
-
-                raise CommitOutcomeUnknownError(
-                    f"{self.label}: the connection was lost while the write was being "
-                    f"committed ({getattr(exc, 'orig', exc)}); the server may or may not "
-                    "have stored it. It was not retried (that could store it twice): "
-                    "read the data back before writing it again."
-                ) from exc
+                raise _CommitInDoubt(exc, ticket, result) from exc
             raise
         return result
 
@@ -301,5 +347,13 @@ class WriteUnits:
         return self.backend.checkpoint(self._maintenance, mode, self.label)
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "Outage", "RetryPolicy", "WriteUnits",
-           "hold"]
+class _CommitInDoubt(Exception):
+    """A unit's connection was lost while its COMMIT was on its way (``_settle``)."""
+
+    def __init__(self, lost: BaseException, ticket: object, result: object) -> None:
+        super().__init__(str(lost))
+        self.lost, self.ticket, self.result = lost, ticket, result
+
+
+__all__ = ["ABORTED", "COMMITTED", "DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "IN_PROGRESS",
+           "Outage", "RetryPolicy", "WriteUnits", "hold"]

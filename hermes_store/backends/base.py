@@ -161,6 +161,19 @@ class Backend:
         more to lock (``units.hold``)."""
         raise NotImplementedError
 
+    def start_unit(self, conn: sa.Connection, locks: "Locks", held: "HeldLocks") -> object | None:
+        """Where ``locks_units``: a write unit's first statement (``lock_unit``). Returns
+        a ticket for :meth:`commit_outcome`, or None where there is nothing to ask."""
+        self.lock_unit(conn, locks, held)
+        return None
+
+    def commit_outcome(self, engine: Engine, ticket: object) -> str | None:
+        """After the connection was lost while a unit's COMMIT was on its way: what
+        became of it, asked on a fresh connection — ``units.COMMITTED``, ``ABORTED``
+        or ``IN_PROGRESS`` — or None when it cannot be told (the unit is then an unknown
+        outcome). A connection that cannot be made raises."""
+        return None
+
     def session_ended(self, conn: sa.Connection) -> BaseException | None:
         """Just before COMMIT: an error to raise (and re-run the unit) when the server
         already ended the connection's session; None on the usual path."""

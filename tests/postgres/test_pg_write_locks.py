@@ -164,8 +164,9 @@ def test_a_unit_takes_its_locks_in_its_first_statement(db):
                     lambda conn, cur, statement, *rest: seen.append(statement))
     db.end_session("a", "user_exit")
     lock, update = seen[-2:]
-    # one round trip: the store's lock shared, then the session's (its key a parameter)
-    assert lock.startswith("SELECT pg_advisory_xact_lock_shared(")
+    # one round trip: the transaction's id (for a lost COMMIT), the store's lock shared,
+    # then the session's (its key a parameter)
+    assert lock.startswith("SELECT txid_current(), pg_advisory_xact_lock_shared(")
     assert lock.count("pg_advisory_xact_lock(") == 1 and update.startswith("UPDATE sessions")
 
 

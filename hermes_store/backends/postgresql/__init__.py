@@ -131,6 +131,17 @@ class PostgresqlBackend(Backend):
 
         lock_unit(conn, locks, held)
 
+    def start_unit(self, conn, locks, held):
+        from .locks import lock_unit
+        from .outcome import ticket
+
+        return ticket(conn, lock_unit(conn, locks, held, with_xid=True))
+
+    def commit_outcome(self, engine, ticket):
+        from .outcome import commit_outcome
+
+        return commit_outcome(engine, ticket)
+
     def session_ended(self, conn):
         from .engine import session_ended
 

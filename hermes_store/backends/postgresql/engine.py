@@ -34,6 +34,7 @@ from ... import errors
 from ...connections import BEGIN_MODE
 from ...location import PG_EXTRA_HINT, Target
 from .codec import install_text_codec
+from .outcome import IDENTITY, IDENTITY_COLUMNS
 
 APPLICATION_NAME = "hermes_store"
 DEFAULT_CONNECT_TIMEOUT = 10
@@ -173,14 +174,29 @@ def behind_pooler(dbapi_conn) -> bool:
     key's, ``BackendKeyData``) is not the pid of the server process that answers. A
     pooler must hand out keys of its own, since the server process behind a client
     changes; a direct connection announces its own. One round trip."""
+    return _introduce(dbapi_conn)[0]
+
+
+def _introduce(dbapi_conn) -> tuple[bool, tuple | None]:
+    """At connect, in one round trip: whether the connection is behind a pooler
+    (:func:`behind_pooler`) and which server history it reached (``outcome.identify``:
+    what tells a lost COMMIT's fate later)."""
+    import psycopg
+
     announced = dbapi_conn.pgconn.backend_pid
-    autocommit = dbapi_conn.autocommit
+    autocommit_was = dbapi_conn.autocommit
     dbapi_conn.autocommit = True
     try:
-        (actual,), = dbapi_conn.execute("SELECT pg_backend_pid()", prepare=False).fetchall()
+        try:
+            row = dbapi_conn.execute(f"SELECT pg_backend_pid(), {IDENTITY_COLUMNS}",
+                                     prepare=False).fetchone()
+        except psycopg.errors.InsufficientPrivilege:  # the history stays unknown
+            row = dbapi_conn.execute("SELECT pg_backend_pid(), NULL, NULL",
+                                     prepare=False).fetchone()
     finally:
-        dbapi_conn.autocommit = autocommit
-    return actual != announced
+        dbapi_conn.autocommit = autocommit_was
+    identity = None if None in row[1:] else (int(row[1]), row[2])
+    return row[0] != announced, identity
 
 
 #: key of a connection record's ``info``: True when :func:`behind_pooler` said so
@@ -190,8 +206,8 @@ POOLED = "hermes_store.behind_pooler"
 def _connect_hook(prepare):
     def on_connect(dbapi_conn, record) -> None:
         install_text_codec(dbapi_conn)
+        pooled, record.info[IDENTITY] = _introduce(dbapi_conn)
         if prepare is DETECT:
-            pooled = behind_pooler(dbapi_conn)
             record.info[POOLED] = pooled
             if pooled:  # a transaction pooler would mix them between clients
                 dbapi_conn.prepare_threshold = None

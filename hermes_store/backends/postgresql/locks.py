@@ -41,25 +41,34 @@ def lock_key(kind: str, name: str) -> int:
 
 
 # the store's key is part of the text: no parameter to bind
-_ALONE = f"SELECT pg_advisory_xact_lock({UNIT_LOCK_KEY})"
+_ALONE = f"pg_advisory_xact_lock({UNIT_LOCK_KEY})"
 _STORE_SHARED = f"pg_advisory_xact_lock_shared({UNIT_LOCK_KEY})"
-#: statement texts by shape ("+" the store shared first or "-" held already, then one
-#: "x"/"s" per key): a handful in use, each prepared once by psycopg
+#: the transaction's id, assigned now (the unit writes anyway): what ``outcome`` asks
+#: the server about when the connection is lost while COMMIT is on its way
+_XID = "txid_current()"
+#: statement texts by shape ("t" with the transaction id or "-", then "a" alone, or
+#: "+" the store shared first or "-" held already, then one "x"/"s" per key): a handful
+#: in use, each prepared once by psycopg
 _STATEMENTS: dict[str, str] = {}
 
 
 def _statement(shape: str) -> str:
     text = _STATEMENTS.get(shape)
     if text is None:
-        calls = [_STORE_SHARED] if shape[0] == "+" else []
-        for i, mode in enumerate(shape[1:]):
+        calls = [_XID] if shape[0] == "t" else []
+        if shape[1] == "a":
+            calls.append(_ALONE)
+        elif shape[1] == "+":
+            calls.append(_STORE_SHARED)
+        for i, mode in enumerate(shape[2:]):
             function = "pg_advisory_xact_lock" if mode == "x" else "pg_advisory_xact_lock_shared"
             calls.append(f"{function}(%(k{i})s::bigint)")
         text = _STATEMENTS[shape] = "SELECT " + ", ".join(calls)
     return text
 
 
-def lock_unit(conn: sa.Connection, wanted: Locks, held: HeldLocks) -> None:
+def lock_unit(conn: sa.Connection, wanted: Locks, held: HeldLocks, *,
+              with_xid: bool = False) -> int | None:
     """Take what ``wanted`` names and ``held`` does not hold yet, in one statement, until
     the unit's transaction ends (decision D16; ``unit_locks`` says what the names are).
 
@@ -68,23 +77,31 @@ def lock_unit(conn: sa.Connection, wanted: Locks, held: HeldLocks) -> None:
     flight and the units after it wait behind it (PostgreSQL's lock queue is fair).
     Then one lock per name, exclusive or shared, in ascending key order, so that two
     units taking the same names in one statement cannot deadlock. Sent through the
-    driver door: it is on every write unit's path."""
+    driver door: it is on every write unit's path.
+
+    ``with_xid`` (a unit's first statement): the same statement also assigns the
+    transaction its id and returns it (``outcome``), at no extra round trip."""
     missing = held.missing(wanted)
+    if missing is None and not with_xid:
+        return None
+    keys: list[tuple[int, str]] = []
     if missing is None:
-        return
-    if missing.alone:
-        statement, params = _ALONE, None
+        shape = "-"
+    elif missing.alone:
+        shape = "a"
     else:
         keys = sorted([(lock_key(*name), "x") for name in missing.exclusive]
                       + [(lock_key(*name), "s") for name in missing.shared])
         shape = ("-" if held.store_shared else "+") + "".join(mode for _, mode in keys)
-        statement = _statement(shape)
-        params = {f"k{i}": key for i, (key, _) in enumerate(keys)} or None
+    statement = _statement(("t" if with_xid else "-") + shape)
+    params = {f"k{i}": key for i, (key, _) in enumerate(keys)} or None
     if uses_driver(conn.dialect):
-        driver_execute(conn, statement, params)
+        result = driver_execute(conn, statement, params)
     else:
-        conn.exec_driver_sql(statement, params or {})
-    held.add(missing)
+        result = conn.exec_driver_sql(statement, params or {})
+    if missing is not None:
+        held.add(missing)
+    return int(result.fetchone()[0]) if with_xid else None
 
 
 def lock_migrations(conn: sa.Connection, key: int = MIGRATION_LOCK_KEY) -> None:

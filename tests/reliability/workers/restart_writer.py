@@ -10,7 +10,8 @@ and reads its own transcript every third step. Each call's outcome is one JSON l
 errors (HermesStoreError); the loop goes on after either. OUTAGE_TIMEOUT (seconds) is
 the store's ``RetryPolicy.outage_timeout``, else the default. Any other exception ends the
 process with a traceback (exit 1): an error the package did not translate. At the end:
-{"done", "retries", "steps"}.
+{"done", "retries", "in_doubt", "steps"} (in_doubt: units whose COMMIT was on its way
+when the connection was lost, asked about afterwards).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def main() -> None:
             else:
                 say(op=op, ok=result, session=session, marker=marker, at=time.time())
         step += 1
-    say(done=True, retries=write_units_of(db).retries, steps=step)
+    units = write_units_of(db)
+    say(done=True, retries=units.retries, in_doubt=units.commits_in_doubt, steps=step)
     db.close()
 
 

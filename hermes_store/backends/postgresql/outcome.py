@@ -1,0 +1,78 @@
+"""Whether a write unit's COMMIT took effect after its connection was lost while COMMIT
+was on its way (decisions D13, D16).
+
+Without an answer such a unit can only be reported as an unknown outcome (re-running it
+could store it twice). PostgreSQL keeps the fate of every recent transaction, so the
+unit runner asks instead:
+
+* the unit's first statement assigns the transaction its id and returns it
+  (``locks.lock_unit(with_xid=True)``: no extra round trip);
+* every connection records at connect which server history it reached
+  (``engine._introduce``: the cluster's system identifier and the WAL timeline);
+* after the loss, on a fresh connection, :func:`commit_outcome` asks
+  ``txid_status(id)``: ``committed`` — the unit's result stands; ``aborted`` — nothing
+  of it is stored, it is re-run; ``in progress`` — ask again (the old session is still
+  finishing).
+
+Only on the same history: another cluster (a restore), or another timeline (a standby
+promoted by a failover: it may never have received the commit, and may since have given
+the id to a transaction of its own) cannot tell, and the outcome stays unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ...connections import autocommit
+from ...units import ABORTED, COMMITTED, IN_PROGRESS
+
+#: key of a connection record's ``info``: the server history the connection reached
+IDENTITY = "hermes_store.server_identity"
+
+#: the cluster (system identifier) and its timeline (the first 8 hex digits of the WAL
+#: file being written); a standby has no timeline of its own to write (NULL)
+IDENTITY_COLUMNS = (
+    "(SELECT system_identifier FROM pg_control_system()), "
+    "CASE WHEN pg_is_in_recovery() THEN NULL "
+    "ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END"
+)
+
+@dataclass(frozen=True)
+class CommitTicket:
+    """What the runner keeps of a unit while it runs, to ask about its COMMIT later."""
+
+    xid: int
+    identity: tuple | None
+
+
+def ticket(conn: sa.Connection, xid: int) -> CommitTicket:
+    return CommitTicket(xid, conn.connection.info.get(IDENTITY))
+
+
+def commit_outcome(engine: Engine, ticket: CommitTicket) -> str | None:
+    """``committed``, ``aborted`` or ``in progress`` for the unit of ``ticket``, asked on
+    a fresh connection; None when this server cannot tell (another history, an id it
+    no longer knows). A connection that cannot be made raises as usual (the runner's
+    outage budget decides how long to keep asking)."""
+    if ticket.identity is None:
+        return None
+    with autocommit(engine).connect() as conn:
+        try:
+            row = conn.exec_driver_sql(
+                f"SELECT txid_status(%(xid)s::bigint), {IDENTITY_COLUMNS}", {"xid": ticket.xid}
+            ).fetchone()
+        except sa.exc.DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise
+            return None  # "in the future": not this server's history after all
+    status, system, timeline = row
+    if (system is None or timeline is None
+            or (int(system), timeline) != ticket.identity):
+        return None
+    return status if status in (COMMITTED, ABORTED, IN_PROGRESS) else None
+
+
+__all__ = ["IDENTITY", "IDENTITY_COLUMNS", "CommitTicket", "commit_outcome", "ticket"]

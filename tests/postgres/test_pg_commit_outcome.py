@@ -1,0 +1,129 @@
+"""A write unit whose connection is lost while its COMMIT is on its way (issue 17, item 2;
+decisions D13, D16): the store asks the server, on a fresh connection, what became of
+the transaction (``txid_status`` of the id its first statement took) instead of
+reporting an unknown outcome. Committed: the call returns its result, nothing is
+written twice. Rolled back: the unit is re-run. Another server history (a failover to
+a promoted standby, a restore) or an answer that does not come within the outage
+budget: ``CommitOutcomeUnknownError``, never a re-run.
+
+The connection is cut at COMMIT by a proxy between the store and the suite's server
+(``tests/support/cutting_proxy.py``): after the server received COMMIT (it commits, the
+answer is lost) or before (the server rolls back).
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from hermes_store import SessionDB
+from hermes_store.errors import CommitOutcomeUnknownError
+from hermes_store.units import RetryPolicy
+from support.cutting_proxy import CuttingProxy
+
+
+@pytest.fixture
+def proxy(pg_server, pg_url):
+    socket_path = str(pg_server.base / f".s.PGSQL.{pg_server.port}")
+    p = CuttingProxy(socket_path, pg_url)
+    yield p
+    p.close()
+
+
+def _contents(pg_url: str, session_id: str) -> list[str]:
+    engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(sa.text(
+                "SELECT content FROM messages WHERE session_id = :s ORDER BY id"),
+                {"s": session_id}).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_commit_whose_answer_was_lost_returns_its_result_once(proxy, pg_url):
+    with SessionDB(proxy.url) as db:
+        db.create_session("s", "cli")
+        retries = db._units.retries
+        proxy.cut("after")
+        message_id = db.append_message("s", "user", "stored once")
+        assert proxy.cuts == ["after"]
+        assert db._units.retries == retries  # not re-run: the server said it committed
+        assert [m["id"] for m in db.get_messages("s")] == [message_id]
+        assert db.get_session("s")["message_count"] == 1
+    assert _contents(pg_url, "s") == ["stored once"]
+
+
+def test_a_commit_the_server_never_received_reruns_the_unit(proxy, pg_url):
+    with SessionDB(proxy.url) as db:
+        db.create_session("s", "cli")
+        retries = db._units.retries
+        proxy.cut("before")
+        message_id = db.append_message("s", "user", "stored once")
+        assert proxy.cuts == ["before"]
+        assert db._units.retries == retries + 1  # rolled back there: run again
+        assert [m["id"] for m in db.get_messages("s")] == [message_id]
+        assert db.get_session("s")["message_count"] == 1
+    assert _contents(pg_url, "s") == ["stored once"]
+
+
+def test_the_answer_is_waited_for_while_the_server_is_unreachable(proxy, pg_url):
+    with SessionDB(proxy.url) as db:
+        db.create_session("s", "cli")
+        proxy.cut("after")
+        proxy.refuse(1.5)  # the fresh connection that asks is turned away at first
+        db.append_message("s", "user", "after the outage")
+        assert proxy.cuts == ["after"]
+    assert _contents(pg_url, "s") == ["after the outage"]
+
+
+def test_no_answer_within_the_outage_budget_is_an_unknown_outcome(proxy, pg_url):
+    with SessionDB(proxy.url, retry=RetryPolicy(outage_timeout=0.5)) as db:
+        db.create_session("s", "cli")
+        proxy.cut("after")
+        proxy.refuse(60)
+        with pytest.raises(CommitOutcomeUnknownError, match="stayed away") as err:
+            db.append_message("s", "user", "maybe")
+        assert "not retried" in str(err.value) and "read the data back" in str(err.value)
+    assert _contents(pg_url, "s") == ["maybe"]  # it had committed: never stored twice
+
+
+def test_another_server_history_cannot_tell_so_the_outcome_stays_unknown(proxy, pg_url):
+    """The unit ran on one history and the fresh connection reaches another (a standby
+    promoted after a failover: it may never have received the COMMIT and may have given
+    the id to a transaction of its own): no guess, no re-run."""
+    from hermes_store.backends.postgresql.outcome import IDENTITY
+
+    with SessionDB(proxy.url) as db:
+        db.create_session("s", "cli")
+        runs = 0
+
+        def as_if_on_the_old_primary(conn):  # the unit's BEGIN: before its first statement
+            system, _timeline = conn.connection.info[IDENTITY]
+            conn.connection.info[IDENTITY] = (system, "00000000")
+
+        def unit(conn):
+            nonlocal runs
+            runs += 1
+            conn.execute(sa.text("INSERT INTO state_meta (key, value) VALUES ('k', 'v')"))
+
+        sa.event.listen(db.engine, "begin", as_if_on_the_old_primary)
+        proxy.cut("after")
+        with pytest.raises(CommitOutcomeUnknownError, match="cannot tell"):
+            db._write(unit)
+        assert runs == 1
+        assert db.get_meta("k") == "v"
+
+
+def test_the_server_history_is_recorded_at_connect(pg_url, pg_server):
+    """What a ticket is compared with: the cluster's system identifier and timeline, as
+    the server itself reports them (pg_controldata's identifier, timeline 1 for a
+    server that never failed over)."""
+    from hermes_store.backends.postgresql.outcome import IDENTITY
+
+    with SessionDB(pg_url) as db:
+        with db.engine.connect() as conn:
+            system, timeline = conn.connection.info[IDENTITY]
+    with pg_server.connect("postgres") as conn:
+        (expected,), = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchall()
+    assert (system, timeline) == (expected, "00000001")
