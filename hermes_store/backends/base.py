@@ -71,6 +71,9 @@ class Backend:
     checkpoints: bool = False
     #: a store is one file at a path (backup, recover, WAL sidecars apply)
     stores_files: bool = False
+    #: a page's LIMIT/OFFSET numbers are written into the SQL of a prebuilt statement
+    #: instead of bound (``Prebuilt(paging=…)``)
+    pages_in_sql: bool = False
 
     # ------------------------------------------------------------------ facets
 

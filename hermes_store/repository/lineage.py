@@ -181,7 +181,7 @@ def _listing_statement(
         source, exclude_sources, cwd_prefix, min_message_count, include_archived,
         archived_only, include_children, compact, order_by_last_active, id_query,
         search_query, no_limit, no_offset,
-    ))
+    ), paging=(() if no_limit else ("limit",)) + (() if no_offset else ("offset",)))
 
 
 def _build_listing(

@@ -110,7 +110,7 @@ def _transcript(include_inactive: bool, limited: bool, offset: bool) -> Prebuilt
         stmt = stmt.limit(limit_or_all(sa.bindparam("limit", type_=sa.Integer)))
     if offset:
         stmt = stmt.offset(offset_or_zero(sa.bindparam("offset", type_=sa.Integer)))
-    return Prebuilt(stmt)
+    return Prebuilt(stmt, paging=(("limit",) if limited else ()) + (("offset",) if offset else ()))
 
 
 class MessagesMixin(RepositoryBase):

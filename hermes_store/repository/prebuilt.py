@@ -21,7 +21,10 @@ Numbers written into the statement (``active = 1``, ``LIMIT 1``, ``coalesce(x, 0
 are rendered into its SQL text instead of being bound: SQLite re-prepares a statement
 on every run when a bound value meets a column that a partial index's WHERE names
 (``messages.active``), which cost a search more than the search itself. Text values
-stay bound parameters.
+stay bound parameters. So are a page's numbers (``paging``: the LIMIT and OFFSET a
+caller gives) where the backend says so (``Backend.pages_in_sql``: SQLite 3.53 plans a
+bound LIMIT far worse): the SQL text is then made per call from a template, one text
+per pair of numbers, each prepared once by the driver's statement cache.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
+from .. import backends
 from ..driver import driver_execute, outside_transaction, uses_driver
 
 _NOT_COMPILED = object()
@@ -47,9 +51,12 @@ class Prebuilt:
     ``keys`` names the columns of a SELECT's rows (rows are tuples on the driver path).
     """
 
-    def __init__(self, statement: sa.Executable, column_keys: Sequence[str] | None = None):
+    def __init__(self, statement: sa.Executable, column_keys: Sequence[str] | None = None, *,
+                 paging: Sequence[str] = ()):
         self.statement = statement
         self.column_keys = list(column_keys) if column_keys is not None else None
+        #: bound parameters that carry a page's numbers (LIMIT, OFFSET)
+        self.paging = tuple(paging)
         selected = getattr(statement, "selected_columns", None)
         self.keys: tuple[str, ...] = tuple(selected.keys()) if selected is not None else ()
         # per dialect instance (one per engine, dropped with it), filled from the forms
@@ -63,8 +70,9 @@ class Prebuilt:
         """The SQL text and how to fill its parameters from ``values``."""
         if not uses_driver(dialect):
             return None
-        compiled = _numbers_inlined(self.statement, dialect).compile(
-            dialect=dialect, column_keys=self.column_keys)
+        paging = self.paging if self.paging and backends.of_dialect(dialect).pages_in_sql else ()
+        statement = _numbers_inlined(self.statement, dialect, paging)
+        compiled = statement.compile(dialect=dialect, column_keys=self.column_keys)
         if compiled.literal_execute_params or compiled.post_compile_params:
             return None
         if compiled.positional:
@@ -90,8 +98,11 @@ class Prebuilt:
                 if convert is not None and literal is not None:
                     literal = convert(literal)
                 slots.append((name, None, None, literal))
-        return _Form(compiled.string, tuple(slots), named=not compiled.positional,
+        form = _Form(compiled.string, tuple(slots), named=not compiled.positional,
                      returns_key=bool(compiled.returning))
+        if paging:
+            return _PagedForm(form, paging)
+        return form
 
     def _form(self, dialect):
         form = self._forms.get(dialect, _NOT_COMPILED)
@@ -109,16 +120,17 @@ class Prebuilt:
     def execute(self, conn: sa.Connection, values: Mapping[str, Any] = _NO_VALUES):
         """Run the statement; the result has ``rowcount`` (and ``lastrowid`` on SQLite)."""
         form = self._form(conn.dialect)
-        if form is None:
+        sql = form.text(values) if form is not None else None
+        if sql is None:
             return conn.execute(self.statement, dict(values))
-        return driver_execute(conn, form.sql, form.params(values))
+        return driver_execute(conn, sql, form.params(values))
 
     def execute_many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run the statement once per row (the driver's ``executemany``)."""
         if not rows:
             return
         form = self._form(conn.dialect)
-        if form is None:
+        if form is None or form.sql is None:  # a paged form has no one text
             conn.execute(self.statement, [dict(row) for row in rows])
             return
         driver_execute(conn, form.sql, [form.params(row) for row in rows], many=True)
@@ -126,9 +138,10 @@ class Prebuilt:
     def insert(self, conn: sa.Connection, values: Mapping[str, Any]) -> Any:
         """Run an INSERT of one row; returns the new row's primary key."""
         form = self._form(conn.dialect)
-        if form is None:
+        sql = form.text(values) if form is not None else None
+        if sql is None:
             return conn.execute(self.statement, dict(values)).inserted_primary_key[0]
-        cursor = driver_execute(conn, form.sql, form.params(values))
+        cursor = driver_execute(conn, sql, form.params(values))
         return cursor.fetchone()[0] if form.returns_key else cursor.lastrowid
 
     def rows(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> list:
@@ -136,9 +149,10 @@ class Prebuilt:
         transaction, if any)."""
         values = values or _NO_VALUES
         form = self._form(conn.dialect)
-        if form is None:
+        sql = form.text(values) if form is not None else None
+        if sql is None:
             return conn.execute(self.statement, dict(values)).all()
-        return driver_execute(conn, form.sql, form.params(values)).fetchall()
+        return driver_execute(conn, sql, form.params(values)).fetchall()
 
     def rows_alone(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> list:
         """``rows`` on a connection outside any transaction: one statement is one
@@ -146,12 +160,14 @@ class Prebuilt:
         and COMMIT to pay: one round trip on a server); through Core it gets a
         transaction of its own, ended here, so a held connection is never left inside
         one."""
+        values = values or _NO_VALUES
         form = self._form(conn.dialect)
-        if form is not None:
+        sql = form.text(values) if form is not None else None
+        if sql is not None:
             outside_transaction(conn)
-            return driver_execute(conn, form.sql, form.params(values or _NO_VALUES)).fetchall()
+            return driver_execute(conn, sql, form.params(values)).fetchall()
         with conn.begin():
-            return conn.execute(self.statement, dict(values or _NO_VALUES)).all()
+            return conn.execute(self.statement, dict(values)).all()
 
     def scalar(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> Any:
         """The first column of the first row, or None."""
@@ -168,6 +184,10 @@ class _Form:
     def __init__(self, sql: str, slots: tuple, *, named: bool, returns_key: bool) -> None:
         self.sql, self.slots, self.named, self.returns_key = sql, slots, named, returns_key
 
+    def text(self, values: Mapping[str, Any]) -> str:
+        """The SQL text to send with ``values``."""
+        return self.sql
+
     def params(self, values: Mapping[str, Any]):
         """The driver's parameters: a tuple (``?``) or a dict (``%(name)s``)."""
         out = []
@@ -182,12 +202,58 @@ class _Form:
         return tuple(out)
 
 
-def _numbers_inlined(statement, dialect):
+#: bound at most this many texts per paged statement (then it starts over)
+_PAGE_TEXTS = 64
+
+
+class _PagedForm:
+    """A driver form whose page numbers are written into its text (``Prebuilt.paging``):
+    the text per pair of numbers, made from a template and kept; None (run through
+    Core, bound) for a value that is not an integer, which SQLite would still read."""
+
+    __slots__ = ("form", "slots", "named", "returns_key", "paging", "marks", "texts", "sql")
+
+    def __init__(self, form: _Form, paging: tuple[str, ...]) -> None:
+        self.form, self.slots, self.named = form, form.slots, form.named
+        self.returns_key, self.paging = form.returns_key, paging
+        self.sql = None  # no one text: see ``text``
+        self.marks = tuple(_page_mark(key) for key in paging)
+        self.texts: dict[tuple, str] = {}
+
+    def text(self, values: Mapping[str, Any]) -> str | None:
+        numbers = tuple(values[key] for key in self.paging)
+        text = self.texts.get(numbers)
+        if text is None:
+            if not all(type(n) is int for n in numbers):
+                return None
+            text = self.form.sql
+            for mark, number in zip(self.marks, numbers):
+                text = text.replace(mark, str(number))
+            if len(self.texts) >= _PAGE_TEXTS:
+                self.texts.clear()
+            self.texts[numbers] = text
+        return text
+
+    def params(self, values: Mapping[str, Any]):
+        return self.form.params(values)
+
+
+def _page_mark(key: str) -> str:
+    """What stands for the page number ``key`` in a paged form's template."""
+    return f"__hermes_page_{key}__"
+
+
+def _numbers_inlined(statement, dialect, paging: tuple[str, ...] = ()):
     """A copy of ``statement`` with every numeric constant as literal SQL (see the module
-    docstring); named parameters and text constants are left as they are."""
+    docstring), and each ``paging`` parameter as its mark (``_PagedForm``); other named
+    parameters and text constants are left as they are."""
 
     def replace(element):
-        if not isinstance(element, BindParameter) or element.required:
+        if not isinstance(element, BindParameter):
+            return None
+        if element.key in paging:
+            return sa.literal_column(_page_mark(element.key), type_=element.type)
+        if element.required:
             return None
         value = element.effective_value
         if isinstance(value, bool) or not isinstance(value, (int, float)):

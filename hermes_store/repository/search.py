@@ -224,6 +224,12 @@ def _page(stmt, shape: _Shape, page_size: int | None = None):
     return stmt
 
 
+def _paging(shape: _Shape, page_size: int | None = None) -> tuple[str, ...]:
+    """The page's bound numbers in ``_page``'s statement (``Prebuilt(paging=…)``)."""
+    return ((("page_limit",) if shape.limited and page_size is None else ())
+            + (("page_offset",) if shape.offset else ()))
+
+
 def _matches(sql: fq.Fts5Search, index: str):
     return sql.source(index, M).join(S, S.c.id == M.c.session_id)
 
@@ -268,7 +274,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
             .where(sql.condition(index, M, form), *_filters(shape))
             .order_by(*sql.best_first(index, M, form)),
             shape,
-        ))
+        ), paging=_paging(shape))
     # sessions only when a filter reads them: joining every match to its session
     # (a hash of the whole table) cost more than ranking the matches
     source = _matches(sql, index) if _filters_sessions(shape) else sql.source(index, M)
@@ -285,7 +291,8 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
         sa.select(*columns, page.c.page_rank.label("rank"))
         .select_from(joined(page.join(M, M.c.id == page.c.page_id)
                             .join(S, S.c.id == M.c.session_id)))
-        .order_by(page.c.page_rank, page.c.page_id)
+        .order_by(page.c.page_rank, page.c.page_id),
+        paging=_paging(shape, page_size),
     )
 
 
@@ -314,7 +321,7 @@ def _ids_by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape)
         .where(sql.condition(index, M, form), *_filters(shape))
         .order_by(when, sql.rank(index, M, form), M.c.id),
         shape,
-    ))
+    ), paging=_paging(shape))
 
 
 @functools.lru_cache(maxsize=_SHAPES_CACHED)
@@ -341,7 +348,8 @@ def _by_time(sql: fq.Fts5Search, index: str, form, sort: str, shape: _Shape,
         .select_from(joined(page.join(M, M.c.id == page.c.page_id)
                             .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_time.desc() if newest else page.c.page_time.asc(),
-                  page.c.page_rank, page.c.page_id)
+                  page.c.page_rank, page.c.page_id),
+        paging=_paging(shape, page_size),
     )
 
 

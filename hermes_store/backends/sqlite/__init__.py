@@ -39,6 +39,9 @@ class SQLiteBackend(Backend):
     locks_units = False
     checkpoints = True
     stores_files = True
+    # SQLite 3.53 runs the listing 8x slower with its LIMIT bound than written in (a
+    # 60-message store: 240 vs 30 us; 3.40: the same either way)
+    pages_in_sql = True
 
     # ------------------------------------------------------------------ facets
 
