@@ -144,6 +144,10 @@ class Backend:
         """Whether BEGIN and COMMIT go through the driver door (else ``conn.begin()``)."""
         return False
 
+    #: ``outside_transaction`` has something to do (else a statement on a connection
+    #: outside a transaction already runs on its own, and hot paths skip the call)
+    switches_to_autocommit: bool = False
+
     def outside_transaction(self, conn: sa.Connection) -> None:
         """Make the next driver statement on ``conn`` run on its own (autocommit)."""
 

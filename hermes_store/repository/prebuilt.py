@@ -38,7 +38,7 @@ from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
 from .. import backends
-from ..driver import driver_execute, outside_transaction, uses_driver
+from ..driver import driver_execute, uses_driver
 
 _NOT_COMPILED = object()
 _NO_VALUES: Mapping[str, Any] = {}
@@ -70,7 +70,8 @@ class Prebuilt:
         """The SQL text and how to fill its parameters from ``values``."""
         if not uses_driver(dialect):
             return None
-        paging = self.paging if self.paging and backends.of_dialect(dialect).pages_in_sql else ()
+        backend = backends.of_dialect(dialect)
+        paging = self.paging if self.paging and backend.pages_in_sql else ()
         statement = _numbers_inlined(self.statement, dialect, paging)
         compiled = statement.compile(dialect=dialect, column_keys=self.column_keys)
         if compiled.literal_execute_params or compiled.post_compile_params:
@@ -99,7 +100,8 @@ class Prebuilt:
                     literal = convert(literal)
                 slots.append((name, None, None, literal))
         form = _Form(compiled.string, tuple(slots), named=not compiled.positional,
-                     returns_key=bool(compiled.returning))
+                     returns_key=bool(compiled.returning),
+                     alone=backend.outside_transaction if backend.switches_to_autocommit else None)
         if paging:
             return _PagedForm(form, paging)
         return form
@@ -120,7 +122,7 @@ class Prebuilt:
     def execute(self, conn: sa.Connection, values: Mapping[str, Any] = _NO_VALUES):
         """Run the statement; the result has ``rowcount`` (and ``lastrowid`` on SQLite)."""
         form = self._form(conn.dialect)
-        sql = form.text(values) if form is not None else None
+        sql = _text(form, values)
         if sql is None:
             return conn.execute(self.statement, dict(values))
         return driver_execute(conn, sql, form.params(values))
@@ -138,7 +140,7 @@ class Prebuilt:
     def insert(self, conn: sa.Connection, values: Mapping[str, Any]) -> Any:
         """Run an INSERT of one row; returns the new row's primary key."""
         form = self._form(conn.dialect)
-        sql = form.text(values) if form is not None else None
+        sql = _text(form, values)
         if sql is None:
             return conn.execute(self.statement, dict(values)).inserted_primary_key[0]
         cursor = driver_execute(conn, sql, form.params(values))
@@ -149,7 +151,7 @@ class Prebuilt:
         transaction, if any)."""
         values = values or _NO_VALUES
         form = self._form(conn.dialect)
-        sql = form.text(values) if form is not None else None
+        sql = _text(form, values)
         if sql is None:
             return conn.execute(self.statement, dict(values)).all()
         return driver_execute(conn, sql, form.params(values)).fetchall()
@@ -162,9 +164,12 @@ class Prebuilt:
         one."""
         values = values or _NO_VALUES
         form = self._form(conn.dialect)
-        sql = form.text(values) if form is not None else None
+        sql = None if form is None else form.sql
+        if sql is None and form is not None:  # a paged form: the text for these numbers
+            sql = form.text(values)
         if sql is not None:
-            outside_transaction(conn)
+            if form.alone is not None:
+                form.alone(conn)
             return driver_execute(conn, sql, form.params(values)).fetchall()
         with conn.begin():
             return conn.execute(self.statement, dict(values)).all()
@@ -179,10 +184,14 @@ class _Form:
     """A statement's driver form: its SQL text and, per parameter, (name in the SQL or
     None for ``?``, key in ``values`` or None, conversion, constant)."""
 
-    __slots__ = ("sql", "slots", "named", "returns_key")
+    __slots__ = ("sql", "slots", "named", "returns_key", "alone")
 
-    def __init__(self, sql: str, slots: tuple, *, named: bool, returns_key: bool) -> None:
+    def __init__(self, sql: str, slots: tuple, *, named: bool, returns_key: bool,
+                 alone=None) -> None:
         self.sql, self.slots, self.named, self.returns_key = sql, slots, named, returns_key
+        #: what makes a connection outside a transaction run the statement on its own
+        #: (``Backend.outside_transaction``), None where nothing needs doing
+        self.alone = alone
 
     def text(self, values: Mapping[str, Any]) -> str:
         """The SQL text to send with ``values``."""
@@ -202,6 +211,14 @@ class _Form:
         return tuple(out)
 
 
+def _text(form, values: Mapping[str, Any]) -> str | None:
+    """The SQL text to send ``values`` with; None: run the Core statement."""
+    if form is None:
+        return None
+    sql = form.sql
+    return sql if sql is not None else form.text(values)
+
+
 #: bound at most this many texts per paged statement (then it starts over)
 _PAGE_TEXTS = 64
 
@@ -211,10 +228,11 @@ class _PagedForm:
     the text per pair of numbers, made from a template and kept; None (run through
     Core, bound) for a value that is not an integer, which SQLite would still read."""
 
-    __slots__ = ("form", "slots", "named", "returns_key", "paging", "marks", "texts", "sql")
+    __slots__ = ("form", "slots", "named", "returns_key", "paging", "marks", "texts", "sql",
+                 "alone")
 
     def __init__(self, form: _Form, paging: tuple[str, ...]) -> None:
-        self.form, self.slots, self.named = form, form.slots, form.named
+        self.form, self.slots, self.named, self.alone = form, form.slots, form.named, form.alone
         self.returns_key, self.paging = form.returns_key, paging
         self.sql = None  # no one text: see ``text``
         self.marks = tuple(_page_mark(key) for key in paging)

@@ -117,6 +117,8 @@ class PostgresqlBackend(Backend):
 
         return is_fts_object(name)
 
+    switches_to_autocommit = True
+
     def outside_transaction(self, conn) -> None:
         # psycopg would open a transaction for the next statement: autocommit instead
         # (an attribute, no round trip; the begin hook switches it back)
