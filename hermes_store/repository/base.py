@@ -218,8 +218,13 @@ class RepositoryBase:
 
     def _query(self, statement: Prebuilt, values: Mapping[str, Any] | None = None) -> list:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
-        self._require_open()
-        joined = self._joined()
+        # the hottest path of every read: ``_require_open`` and ``_joined`` written out
+        if self._engine is None:
+            raise StoreClosedError(self.target)
+        units, local = self._units, self._snapshots
+        joined = units.active_connection() if units is not None else None
+        if joined is None and local is not None:
+            joined = getattr(local, "conn", None)
         if joined is not None:  # the running unit's or snapshot's door handles errors
             return statement.rows(joined, values)
         # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
