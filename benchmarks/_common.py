@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
+try:
+    from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
+except ImportError:  # an older hermes_store first on the path (a baseline side's writers)
+    import sqlite3 as _stdlib_sqlite3
+
+    def dbapi():
+        return _stdlib_sqlite3
 
 sqlite3 = dbapi()  # the store's SQLite library (its version goes in the machine line)
 
