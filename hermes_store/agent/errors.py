@@ -121,6 +121,18 @@ def _sqlite_class_for_sqlstate(sqlstate: str | None) -> type:
     return sqlite3.DatabaseError
 
 
+def _stdlib_class(orig: BaseException) -> type | None:
+    """The standard library's ``sqlite3`` class of an error from another SQLite DB-API
+    (the store on pysqlite3: its ``IntegrityError`` is ``sqlite3.IntegrityError``'s
+    twin, not a subclass), or None for anything else."""
+    for cls in type(orig).__mro__:
+        twin = getattr(sqlite3, cls.__name__, None)
+        if isinstance(twin, type) and issubclass(twin, sqlite3.Error) \
+                and cls.__module__.startswith("pysqlite3"):
+            return twin
+    return None
+
+
 @lru_cache(maxsize=None)
 def _raw_class(sqlite_cls: type) -> type:
     return type(f"Raw{sqlite_cls.__name__}", (RawStatementError, sqlite_cls), {
@@ -135,6 +147,11 @@ def raw_statement_error(exc: sa.exc.DBAPIError, engine_name: str) -> BaseExcepti
     orig = getattr(exc, "orig", None)
     if isinstance(orig, sqlite3.Error):
         return orig
+    twin = _stdlib_class(orig) if orig is not None else None
+    if twin is not None:  # SQLite's own message, as sqlite3 raises it
+        error = _raw_class(twin)(*orig.args)
+        error.sqlstate = None
+        return error
     sqlstate = _pg_sqlstate(orig) if orig is not None else None
     text = str(orig if orig is not None else exc).strip()
     error = _raw_class(_sqlite_class_for_sqlstate(sqlstate))(
@@ -158,6 +175,8 @@ def in_unit(exc: sa.exc.DBAPIError) -> sa.exc.DBAPIError:
     orig = getattr(exc, "orig", None)
     if isinstance(orig, sqlite3.Error):
         sqlite_cls = type(orig)
+    elif orig is not None and _stdlib_class(orig) is not None:
+        sqlite_cls = _stdlib_class(orig)
     else:
         sqlite_cls = _sqlite_class_for_sqlstate(_pg_sqlstate(orig) if orig is not None else None)
     if not isinstance(exc, sqlite_cls):

@@ -287,8 +287,9 @@ class RawConnection:
             names = sqlmod.sqlite_names(sql_text, names)
         description = tuple((name, *_NAMES_ONLY) for name in names)
         factory = self.row_factory
-        if self._native:
-            # the real sqlite3 cursor: its rows as sqlite3 made them
+        if self._native and isinstance(cursor, sqlite3.Cursor):
+            # the real sqlite3 cursor: its rows as sqlite3 made them (an agent process
+            # runs the store on the standard library's sqlite3: hermes_state.py)
             raw = cursor.fetchall()
             result.close()
             if factory is sqlite3.Row:
@@ -298,6 +299,8 @@ class RawConnection:
             else:
                 rows = [factory(cursor, tuple(r)) for r in raw]
             return _Result(description, rows, -1, None)
+        # PostgreSQL, or a store on another SQLite library (pysqlite3): rows read as a
+        # sqlite3.Row is
         raw = [tuple(_pg_value(v) for v in r) for r in result.fetchall()]
         if factory is sqlite3.Row:
             index: dict[str, int] = {}

@@ -362,3 +362,24 @@ def test_the_agent_reaches_only_into_conn_execute_write_and_the_async_db(tmp_pat
     with ours.SessionDB(tmp_path / "state.db") as db:
         adb = ours.AsyncSessionDB(db)
         assert adb._db is db and db._conn is not None and callable(db._execute_write)
+
+
+def test_an_agent_process_runs_the_store_on_the_agents_own_sqlite3():
+    """hermes-agent opens state.db with the standard library's sqlite3 itself (doctor,
+    backup, the gateway's readiness check): two SQLite libraries in one process drop
+    each other's POSIX locks on a shared file, so importing the compat module makes the
+    store use that one too — unless HERMES_STATE_SQLITE_MODULE says otherwise."""
+    probe = ("import hermes_store.agent.hermes_state\n"
+             "from hermes_store.backends.sqlite.library import library\n"
+             "print(library().name, library().chosen_by)")
+    env = {k: v for k, v in os.environ.items() if k != "HERMES_STATE_SQLITE_MODULE"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["sqlite3", "preferred"]
+    try:
+        import pysqlite3  # noqa: F401
+    except ImportError:
+        return
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**env, "HERMES_STATE_SQLITE_MODULE": "pysqlite3"}).stdout.split()
+    assert out == ["pysqlite3", "environment"]

@@ -16,9 +16,11 @@ holds on it (sqlite.org/howtocorrupt.html, "multiple copies of SQLite linked int
 same application").
 
 ``HERMES_STATE_SQLITE_MODULE`` picks one explicitly: ``pysqlite3`` or ``sqlite3`` (the
-standard library; what CI's stdlib leg runs). Unset, the first of ``pysqlite3``,
-``sqlite3`` that can run the head schema (FTS5, trigram, JSON) and has the fix wins;
-when none has it, the newest capable one.
+standard library; what CI's stdlib leg runs). Unset, a process that shares its files
+with code of its own on one library says so first (``prefer``: hermes-agent opens
+``state.db`` with the standard library's ``sqlite3`` too, so the compat module asks for
+it); otherwise the first of ``pysqlite3``, ``sqlite3`` that can run the head schema
+(FTS5, trigram, JSON) and has the fix wins; when none has it, the newest capable one.
 
 ``library() -> Library``  the chosen library (name, module, version, fix, how chosen)
 ``dbapi()``               its DB-API module (``connect``, ``Error``, ``OperationalError``…)
@@ -57,7 +59,8 @@ class Library:
     name: str
     module: ModuleType
     version: tuple[int, ...]
-    #: "environment" (``HERMES_STATE_SQLITE_MODULE``) or "automatic"
+    #: "environment" (``HERMES_STATE_SQLITE_MODULE``), "preferred" (``prefer``) or
+    #: "automatic"
     chosen_by: str
     #: what the head schema needs and this library lacks ("" when it has everything)
     missing: str = ""
@@ -126,12 +129,35 @@ def _library(name: str, module: ModuleType, chosen_by: str) -> Library:
     return Library(name, module, tuple(module.sqlite_version_info), chosen_by, _missing(module))
 
 
+#: ``prefer``'s (name, why), consulted when ``HERMES_STATE_SQLITE_MODULE`` is unset
+_preferred: tuple[str, str] | None = None
+
+
+def prefer(name: str, why: str) -> None:
+    """Run this process on ``name`` unless ``HERMES_STATE_SQLITE_MODULE`` names one: for a
+    process whose own code opens the store's files with that library (two libraries in
+    one process drop each other's locks on a shared file). Call it before the store is
+    first used; later, a different choice already made is only logged."""
+    global _preferred
+    if name not in _MODULES:
+        raise ValueError(f"no SQLite library named {name!r}: use {' or '.join(_MODULES)}")
+    _preferred = (name, why)
+    if library.cache_info().currsize and not os.environ.get(ENV, "").strip():
+        chosen = library()
+        if chosen.name != name:
+            log.warning("hermes_store already runs on %s in this process; %s was asked for "
+                        "too late (%s)", chosen.name, name, why)
+
+
 @functools.lru_cache(maxsize=None)
 def library() -> Library:
     """The library this process runs on, chosen once (see the module docstring)."""
     from ...errors import SQLiteLibraryError
 
     wanted = os.environ.get(ENV, "").strip()
+    chosen_by = "environment"
+    if not wanted and _preferred is not None:
+        wanted, chosen_by = _preferred[0], "preferred"
     if wanted:
         if wanted not in _MODULES:
             raise SQLiteLibraryError(
@@ -143,7 +169,7 @@ def library() -> Library:
             raise SQLiteLibraryError(
                 f"{ENV}={wanted} but {wanted} cannot be imported here: {INSTALL_HINT}, or unset {ENV}"
             )
-        return _library(wanted, module, "environment")
+        return _library(wanted, module, chosen_by)
     found = []
     for name in _AUTO_ORDER:  # lazily: the standard library's is not imported needlessly
         module = _import(name)
