@@ -231,7 +231,9 @@ class RepositoryBase:
         # round trip instead of BEGIN, the statement and COMMIT)
         singles = self._singles
         if singles is None:
-            singles = self._readers_open()
+            singles = self._readers
+            if singles is None:  # normally set by SessionDB.__init__; None once closed
+                raise StoreClosedError(self.target)
         if singles.held:
             try:
                 return statement.rows_alone(singles.get(), values)

@@ -63,6 +63,9 @@ class Prebuilt:
         # per dialect configuration: a process opening many stores compiles once
         self._forms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._forms_by_config: dict = {}
+        #: the last dialect asked for and its form: a process runs one store almost
+        #: always, and the weak dictionary's lookup costs a new weakref per call
+        self._last: tuple = (None, None)
 
     # ------------------------------------------------------------------ compiling
 
@@ -107,6 +110,9 @@ class Prebuilt:
         return form
 
     def _form(self, dialect):
+        last_dialect, last_form = self._last
+        if last_dialect is dialect:
+            return last_form
         form = self._forms.get(dialect, _NOT_COMPILED)
         if form is _NOT_COMPILED:
             key = (type(dialect), dialect.paramstyle, dialect.server_version_info,
@@ -115,6 +121,7 @@ class Prebuilt:
             if form is _NOT_COMPILED:
                 form = self._forms_by_config[key] = self._driver_form(dialect)
             self._forms[dialect] = form
+        self._last = (dialect, form)
         return form
 
     # ------------------------------------------------------------------ running
