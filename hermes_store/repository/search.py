@@ -62,6 +62,7 @@ _RESULT_KEYS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name",
                 "model", "session_started")
 
 
+@functools.lru_cache(maxsize=None)
 def _neighbour_id(before: bool) -> sa.ScalarSelect:
     """The id of the message just before (after) the hit in its session, by
     (timestamp, id), whatever its visibility.
@@ -84,21 +85,28 @@ def _neighbour_id(before: bool) -> sa.ScalarSelect:
 
 # The context travels in the result query (two index probes per returned row) rather
 # than in two statements per hit: 40 round trips through SQLAlchemy cost more than the
-# whole search.
-_PREV = M.alias("prev_message")
-_NEXT = M.alias("next_message")
-_CONTEXT_COLUMNS = (
-    _PREV.c.role.label("prev_role"), _PREV.c.content.label("prev_content"),
-    _NEXT.c.role.label("next_role"), _NEXT.c.content.label("next_content"),
-)
-_PREV_ID = _neighbour_id(True)
-_NEXT_ID = _neighbour_id(False)
+# whole search. Built on first use (a process that never searches does not pay for it
+# at start-up).
+@functools.lru_cache(maxsize=None)
+def _neighbours() -> tuple:
+    """(previous message alias, next message alias, the context columns)."""
+    prev, nxt = M.alias("prev_message"), M.alias("next_message")
+    columns = (
+        prev.c.role.label("prev_role"), prev.c.content.label("prev_content"),
+        nxt.c.role.label("next_role"), nxt.c.content.label("next_content"),
+    )
+    return prev, nxt, columns
+
+
+def _context_columns() -> tuple:
+    return _neighbours()[2]
 
 
 def _with_neighbours(from_clause):
     """``from_clause`` (which holds ``messages``) joined to each hit's neighbours."""
-    return (from_clause.outerjoin(_PREV, _PREV.c.id == _PREV_ID)
-            .outerjoin(_NEXT, _NEXT.c.id == _NEXT_ID))
+    prev, nxt, _ = _neighbours()
+    return (from_clause.outerjoin(prev, prev.c.id == _neighbour_id(True))
+            .outerjoin(nxt, nxt.c.id == _neighbour_id(False)))
 
 
 def _neighbour_row(before: bool) -> sa.Lateral:
@@ -132,7 +140,7 @@ def _context(sql: fq.Fts5Search):
     """(the context columns, the join that brings them) for the engine: LATERAL where
     it has it (``sql.lateral_context``), else the probe-for-id joins."""
     if not sql.lateral_context:
-        return _CONTEXT_COLUMNS, _with_neighbours
+        return _context_columns(), _with_neighbours
     return _lateral_context()
 
 
@@ -266,7 +274,7 @@ def _ranked(sql: fq.Fts5Search, index: str, form, shape: _Shape,
     statement rather than bound: see ``_page_size``.
     """
     rank = sql.rank(index, M, form)
-    columns = (*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *_CONTEXT_COLUMNS)
+    columns = (*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *_context_columns())
     if not sql.page_first:
         return Prebuilt(_page(
             sa.select(*columns, rank.label("rank"))
@@ -362,7 +370,7 @@ def _match_details(sql: fq.Fts5Search, index: str, form, count: int) -> Prebuilt
     """Result rows (snippet, context) of the ``count`` matches with the given ids."""
     return Prebuilt(
         sa.select(*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content,
-                  *_CONTEXT_COLUMNS)
+                  *_context_columns())
         .select_from(_with_neighbours(_matches(sql, index)))
         .where(sql.condition(index, M, form),
                sql.row_id(index, M).in_(_page_ids(count)))
@@ -373,7 +381,7 @@ def _match_details(sql: fq.Fts5Search, index: str, form, count: int) -> Prebuilt
 def _like_details(count: int) -> Prebuilt:
     """Result rows of the LIKE route's page (``count`` ids)."""
     return Prebuilt(
-        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
+        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_context_columns())
         .select_from(_with_neighbours(M.join(S, S.c.id == M.c.session_id)))
         .where(M.c.id.in_(_page_ids(count)))
     )
@@ -413,7 +421,7 @@ def _like_rows(shape: _Shape, terms: int) -> Prebuilt:
     page = _like_matches(shape, terms, M.c.id.label("page_id"),
                          M.c.timestamp.label("page_time")).subquery("page")
     return Prebuilt(
-        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_CONTEXT_COLUMNS)
+        sa.select(*_RESULT_COLUMNS, M.c.content, M.c.tool_calls, *_context_columns())
         .select_from(_with_neighbours(page.join(M, M.c.id == page.c.page_id)
                                       .join(S, S.c.id == M.c.session_id)))
         .order_by(page.c.page_time.desc(), page.c.page_id.desc())
