@@ -46,6 +46,13 @@ class _AliasLoader:
         self.real = real
 
     def create_module(self, spec):
+        # An agent process: the agent opens state.db with the standard library's sqlite3
+        # itself (doctor, backup, the gateway's readiness check) and hands sqlite3
+        # classes to our connection, so the store runs on that library here too — one
+        # SQLite per process (backends/sqlite/library.py, docs/operations.md).
+        from hermes_store.backends.sqlite import library
+
+        library.prefer("sqlite3", "hermes-agent opens state.db with the standard library's sqlite3")
         return importlib.import_module(TARGET)
 
     def exec_module(self, module):

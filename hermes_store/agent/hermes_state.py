@@ -37,14 +37,6 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 
 import sqlalchemy as _sa
 
-from hermes_store.backends.sqlite import library as _library
-
-# The agent opens state.db with the standard library's sqlite3 of its own (doctor,
-# backup, the gateway's readiness check) and hands sqlite3 classes to our connection
-# (sqlite3.Row, except sqlite3.OperationalError): the store runs on that library here,
-# one SQLite per process (backends/sqlite/library.py).
-_library.prefer("sqlite3", "hermes-agent opens state.db with the standard library's sqlite3")
-
 from hermes_store.paths import DB_FILENAME as _DB_FILENAME
 from hermes_store.paths import hermes_home as _env_home
 from hermes_store.startup import collector_paused as _collector_paused

@@ -367,9 +367,15 @@ def test_the_agent_reaches_only_into_conn_execute_write_and_the_async_db(tmp_pat
 def test_an_agent_process_runs_the_store_on_the_agents_own_sqlite3():
     """hermes-agent opens state.db with the standard library's sqlite3 itself (doctor,
     backup, the gateway's readiness check): two SQLite libraries in one process drop
-    each other's POSIX locks on a shared file, so importing the compat module makes the
-    store use that one too — unless HERMES_STATE_SQLITE_MODULE says otherwise."""
-    probe = ("import hermes_store.agent.hermes_state\n"
+    each other's POSIX locks on a shared file, so the switch's finder makes the store
+    use that one too when the agent imports hermes_state — unless
+    HERMES_STATE_SQLITE_MODULE says otherwise. (Importing hermes_store.agent.hermes_state
+    directly, as these tests do, chooses nothing: the raw connection works on either.)"""
+    probe = ("import sys\n"
+             "from hermes_store.agent import _finder\n"
+             "sys.meta_path.insert(0, _finder)\n"
+             "import hermes_state\n"
+             "assert hermes_state.__name__ == 'hermes_store.agent.hermes_state'\n"
              "from hermes_store.backends.sqlite.library import library\n"
              "print(library().name, library().chosen_by)")
     env = {k: v for k, v in os.environ.items() if k != "HERMES_STATE_SQLITE_MODULE"}

@@ -91,7 +91,12 @@ def test_foreign_keys_are_enforced_and_usage_cascades(tmp_path):
 
 
 def test_metadata_also_compiles_for_postgresql():
-    # Nothing SQLite-only may leak into the Core schema (a PostgreSQL backend comes later).
+    # Nothing SQLite-only may leak into the Core schema. The partial indexes' predicate is
+    # written once (as SQLite's option) and given to PostgreSQL by its backend when it
+    # loads (schema._partial): what a process that opens a PostgreSQL store does first.
+    from hermes_store import backends
+
+    backends.get("postgresql")
     dialect = postgresql.dialect()
     for table in schema.metadata.sorted_tables:
         CreateTable(table).compile(dialect=dialect)
