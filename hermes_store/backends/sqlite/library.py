@@ -18,7 +18,7 @@ same application").
 ``HERMES_STATE_SQLITE_MODULE`` picks one explicitly: ``pysqlite3`` or ``sqlite3`` (the
 standard library; what CI's stdlib leg runs). Unset, a process that shares its files
 with code of its own on one library says so first (``prefer``: hermes-agent opens
-``state.db`` with the standard library's ``sqlite3`` too, so the compat module asks for
+``state.db`` with the standard library's ``sqlite3`` too, so the switch asks for
 it); otherwise the first of ``pysqlite3``, ``sqlite3`` that can run the head schema
 (FTS5, trigram, JSON) and has the fix wins; when none has it, the newest capable one.
 
