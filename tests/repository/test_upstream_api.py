@@ -98,3 +98,25 @@ def test_the_comparison_sees_a_changed_parameter():
 def test_the_record_is_what_upstream_says(hermes_home):
     hermes_state = load_hermes_state()
     assert describe_class(hermes_state.SessionDB) == RECORD["members"]
+
+
+def test_upstream_loads_after_the_stores_optional_agent_import_failed():
+    """The suite's own harness: ``tests/agent`` is a namespace package named ``agent``
+    when ``tests/`` is on sys.path, and the store's optional import of
+    ``agent.agent_runtime_helpers`` (conversation repair) leaves it in sys.modules; the
+    upstream loader must still import upstream's own ``agent`` package (in a fresh
+    process: this one may have loaded upstream already)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from hermes_store.repository.conversation import _default_alternation_repair\n"
+            "assert _default_alternation_repair() is None  # upstream not on the path yet\n"
+            "from support.upstream_state import load_hermes_state\n"
+            "hs = load_hermes_state()\n"
+            "print(hs.SCHEMA_VERSION)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "22"

@@ -84,6 +84,14 @@ def load_hermes_state():
         # appended (upstream must never shadow our modules) and left there: upstream
         # imports some of its own modules lazily, inside methods
         sys.path.append(str(where))
+    # ``tests/agent`` (no __init__.py, with ``tests/`` on sys.path) is a namespace
+    # package named ``agent``: an earlier ``import agent…`` that failed (the store's
+    # optional ``agent.agent_runtime_helpers``) leaves it in sys.modules, where it would
+    # shadow upstream's own ``agent`` package. Upstream's must be the one.
+    stale = sys.modules.get("agent")
+    if stale is not None and getattr(stale, "__file__", None) is None:
+        for name in [n for n in sys.modules if n == "agent" or n.startswith("agent.")]:
+            del sys.modules[name]
     try:
         import hermes_state
     finally:
