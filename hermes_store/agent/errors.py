@@ -175,10 +175,9 @@ def in_unit(exc: sa.exc.DBAPIError) -> sa.exc.DBAPIError:
     orig = getattr(exc, "orig", None)
     if isinstance(orig, sqlite3.Error):
         sqlite_cls = type(orig)
-    elif orig is not None and _stdlib_class(orig) is not None:
-        sqlite_cls = _stdlib_class(orig)
     else:
-        sqlite_cls = _sqlite_class_for_sqlstate(_pg_sqlstate(orig) if orig is not None else None)
+        sqlite_cls = (_stdlib_class(orig) if orig is not None else None) \
+            or _sqlite_class_for_sqlstate(_pg_sqlstate(orig) if orig is not None else None)
     if not isinstance(exc, sqlite_cls):
         exc.__class__ = _in_unit_class(type(exc), sqlite_cls)
     return exc

@@ -218,22 +218,15 @@ class RepositoryBase:
 
     def _query(self, statement: Prebuilt, values: Mapping[str, Any] | None = None) -> list:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
-        # the hottest path of every read: ``_require_open`` and ``_joined`` written out
-        if self._engine is None:
-            raise StoreClosedError(self.target)
-        units, local = self._units, self._snapshots
-        joined = units.active_connection() if units is not None else None
-        if joined is None and local is not None:
-            joined = getattr(local, "conn", None)
+        self._require_open()
+        joined = self._joined()
         if joined is not None:  # the running unit's or snapshot's door handles errors
             return statement.rows(joined, values)
         # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
         # round trip instead of BEGIN, the statement and COMMIT)
         singles = self._singles
         if singles is None:
-            singles = self._readers
-            if singles is None:  # normally set by SessionDB.__init__; None once closed
-                raise StoreClosedError(self.target)
+            singles = self._readers_open()
         if singles.held:
             try:
                 return statement.rows_alone(singles.get(), values)

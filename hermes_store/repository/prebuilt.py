@@ -102,12 +102,9 @@ class Prebuilt:
                 if convert is not None and literal is not None:
                     literal = convert(literal)
                 slots.append((name, None, None, literal))
-        form = _Form(compiled.string, tuple(slots), named=not compiled.positional,
-                     returns_key=bool(compiled.returning),
+        return _Form(compiled.string, tuple(slots), named=not compiled.positional,
+                     returns_key=bool(compiled.returning), paging=paging,
                      alone=backend.outside_transaction if backend.switches_to_autocommit else None)
-        if paging:
-            return _PagedForm(form, paging)
-        return form
 
     def _form(self, dialect):
         last_dialect, last_form = self._last
@@ -171,9 +168,7 @@ class Prebuilt:
         one."""
         values = values or _NO_VALUES
         form = self._form(conn.dialect)
-        sql = None if form is None else form.sql
-        if sql is None and form is not None:  # a paged form: the text for these numbers
-            sql = form.text(values)
+        sql = _text(form, values)
         if sql is not None:
             if form.alone is not None:
                 form.alone(conn)
@@ -187,22 +182,50 @@ class Prebuilt:
         return found[0][0] if found else None
 
 
+#: bound at most this many texts per paged statement (then it starts over)
+_PAGE_TEXTS = 64
+
+
 class _Form:
     """A statement's driver form: its SQL text and, per parameter, (name in the SQL or
-    None for ``?``, key in ``values`` or None, conversion, constant)."""
+    None for ``?``, key in ``values`` or None, conversion, constant).
 
-    __slots__ = ("sql", "slots", "named", "returns_key", "alone")
+    With ``paging`` (``Prebuilt.paging``) the page numbers are written into the text:
+    ``sql`` is None and :meth:`text` makes the text per pair of numbers from the
+    template, kept; None (run through Core, bound) for a value that is not a plain
+    integer, which SQLite would still read."""
+
+    __slots__ = ("sql", "slots", "named", "returns_key", "alone", "template", "paging",
+                 "marks", "texts")
 
     def __init__(self, sql: str, slots: tuple, *, named: bool, returns_key: bool,
-                 alone=None) -> None:
-        self.sql, self.slots, self.named, self.returns_key = sql, slots, named, returns_key
+                 alone=None, paging: tuple[str, ...] = ()) -> None:
+        self.slots, self.named, self.returns_key = slots, named, returns_key
         #: what makes a connection outside a transaction run the statement on its own
         #: (``Backend.outside_transaction``), None where nothing needs doing
         self.alone = alone
+        self.template, self.paging = sql, paging
+        #: the one text, or None for a paged form (see ``text``)
+        self.sql = None if paging else sql
+        self.marks = tuple(_page_mark(key) for key in paging)
+        self.texts: dict[tuple, str] = {}
 
-    def text(self, values: Mapping[str, Any]) -> str:
-        """The SQL text to send with ``values``."""
-        return self.sql
+    def text(self, values: Mapping[str, Any]) -> str | None:
+        """The SQL text to send with ``values`` (None: run the Core statement)."""
+        if self.sql is not None:
+            return self.sql
+        numbers = tuple(values[key] for key in self.paging)
+        text = self.texts.get(numbers)
+        if text is None:
+            if not all(type(n) is int for n in numbers):
+                return None
+            text = self.template
+            for mark, number in zip(self.marks, numbers):
+                text = text.replace(mark, str(number))
+            if len(self.texts) >= _PAGE_TEXTS:
+                self.texts.clear()
+            self.texts[numbers] = text
+        return text
 
     def params(self, values: Mapping[str, Any]):
         """The driver's parameters: a tuple (``?``) or a dict (``%(name)s``)."""
@@ -218,49 +241,12 @@ class _Form:
         return tuple(out)
 
 
-def _text(form, values: Mapping[str, Any]) -> str | None:
+def _text(form: _Form | None, values: Mapping[str, Any]) -> str | None:
     """The SQL text to send ``values`` with; None: run the Core statement."""
     if form is None:
         return None
     sql = form.sql
     return sql if sql is not None else form.text(values)
-
-
-#: bound at most this many texts per paged statement (then it starts over)
-_PAGE_TEXTS = 64
-
-
-class _PagedForm:
-    """A driver form whose page numbers are written into its text (``Prebuilt.paging``):
-    the text per pair of numbers, made from a template and kept; None (run through
-    Core, bound) for a value that is not an integer, which SQLite would still read."""
-
-    __slots__ = ("form", "slots", "named", "returns_key", "paging", "marks", "texts", "sql",
-                 "alone")
-
-    def __init__(self, form: _Form, paging: tuple[str, ...]) -> None:
-        self.form, self.slots, self.named, self.alone = form, form.slots, form.named, form.alone
-        self.returns_key, self.paging = form.returns_key, paging
-        self.sql = None  # no one text: see ``text``
-        self.marks = tuple(_page_mark(key) for key in paging)
-        self.texts: dict[tuple, str] = {}
-
-    def text(self, values: Mapping[str, Any]) -> str | None:
-        numbers = tuple(values[key] for key in self.paging)
-        text = self.texts.get(numbers)
-        if text is None:
-            if not all(type(n) is int for n in numbers):
-                return None
-            text = self.form.sql
-            for mark, number in zip(self.marks, numbers):
-                text = text.replace(mark, str(number))
-            if len(self.texts) >= _PAGE_TEXTS:
-                self.texts.clear()
-            self.texts[numbers] = text
-        return text
-
-    def params(self, values: Mapping[str, Any]):
-        return self.form.params(values)
 
 
 def _page_mark(key: str) -> str:
@@ -270,7 +256,7 @@ def _page_mark(key: str) -> str:
 
 def _numbers_inlined(statement, dialect, paging: tuple[str, ...] = ()):
     """A copy of ``statement`` with every numeric constant as literal SQL (see the module
-    docstring), and each ``paging`` parameter as its mark (``_PagedForm``); other named
+    docstring), and each ``paging`` parameter as its mark (``_Form.text``); other named
     parameters and text constants are left as they are."""
 
     def replace(element):

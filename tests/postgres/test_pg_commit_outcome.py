@@ -41,27 +41,18 @@ def _contents(pg_url: str, session_id: str) -> list[str]:
         engine.dispose()
 
 
-def test_a_commit_whose_answer_was_lost_returns_its_result_once(proxy, pg_url):
+@pytest.mark.parametrize("cut, reruns", [
+    ("after", 0),   # the server committed, the answer was lost: not re-run, said committed
+    ("before", 1),  # the server never got COMMIT and rolled back: run again
+])
+def test_a_commit_cut_on_its_way_is_stored_exactly_once(proxy, pg_url, cut, reruns):
     with SessionDB(proxy.url) as db:
         db.create_session("s", "cli")
         retries = db._units.retries
-        proxy.cut("after")
+        proxy.cut(cut)
         message_id = db.append_message("s", "user", "stored once")
-        assert proxy.cuts == ["after"]
-        assert db._units.retries == retries  # not re-run: the server said it committed
-        assert [m["id"] for m in db.get_messages("s")] == [message_id]
-        assert db.get_session("s")["message_count"] == 1
-    assert _contents(pg_url, "s") == ["stored once"]
-
-
-def test_a_commit_the_server_never_received_reruns_the_unit(proxy, pg_url):
-    with SessionDB(proxy.url) as db:
-        db.create_session("s", "cli")
-        retries = db._units.retries
-        proxy.cut("before")
-        message_id = db.append_message("s", "user", "stored once")
-        assert proxy.cuts == ["before"]
-        assert db._units.retries == retries + 1  # rolled back there: run again
+        assert proxy.cuts == [cut]
+        assert db._units.retries == retries + reruns
         assert [m["id"] for m in db.get_messages("s")] == [message_id]
         assert db.get_session("s")["message_count"] == 1
     assert _contents(pg_url, "s") == ["stored once"]
