@@ -17,7 +17,6 @@ schema at head (``backends/sqlite``); a server's pooled engine and its head chec
 from __future__ import annotations
 
 import functools
-import threading
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -25,7 +24,7 @@ from sqlalchemy.engine import Engine
 from . import backends, schema
 from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
-from .repository.base import ReadInterrupted
+from .repository.base import ReadInterrupted, ThreadSnapshot
 from .repository.cleanup import CleanupMixin
 from .repository.gateway import GatewayMixin
 from .repository.handoff import HandoffMixin
@@ -100,7 +99,7 @@ class SessionDB(
         self._open()
 
     def _open(self) -> None:
-        self._snapshots = threading.local()
+        self._snapshots = ThreadSnapshot()
         backend = self._backend
         opened = backend.open_store(self.target, **self._open_options)
         self._engine = opened.engine
@@ -168,6 +167,8 @@ class SessionDB(
 
 
 def _scrub_argument(value):
+    if type(value) is str and value.isascii():  # most ids: no surrogate can be in them
+        return value
     if isinstance(value, (list, tuple, set, frozenset)):
         return type(value)(scrub_surrogates(v) for v in value)
     return scrub_surrogates(value)

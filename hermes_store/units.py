@@ -48,6 +48,16 @@ COMMITTED, ABORTED, IN_PROGRESS = "committed", "aborted", "in progress"
 _running = threading.local()
 
 
+class _ThreadUnits(threading.local):
+    """Per thread: the running unit's connection and how many units it committed.
+    Class-level defaults, because a missing thread-local attribute costs a raised and
+    caught AttributeError on every read (about 0.3 µs: a tenth of a hot read's own
+    Python time) on every thread that has not written yet."""
+
+    conn: sa.Connection | None = None
+    commits = 0
+
+
 def _running_units() -> dict:
     units = getattr(_running, "units", None)
     if units is None:
@@ -166,7 +176,7 @@ class WriteUnits:
         self.policy = policy
         self.label = label
         self._lock = threading.RLock() if backend.serializes_units else None
-        self._local = threading.local()
+        self._local = _ThreadUnits()
         self.committed = 0
         #: busy retries seen since creation (load tests and benchmarks report it)
         self.retries = 0
@@ -176,7 +186,7 @@ class WriteUnits:
 
     def active_connection(self) -> sa.Connection | None:
         """The connection of the unit running on this thread, if any."""
-        return getattr(self._local, "conn", None)
+        return self._local.conn
 
     def run(self, fn: Callable[[sa.Connection], T], *, locks: Locks = STORE) -> T:
         """Run ``fn(conn)`` as one unit and return its result. ``locks`` names what the
@@ -241,7 +251,7 @@ class WriteUnits:
                 self.retries += 1
                 continue
             self.committed += 1
-            self._local.commits = getattr(self._local, "commits", 0) + 1
+            self._local.commits += 1
             if backend.checkpoints and policy.checkpoint_every \
                     and self.committed % policy.checkpoint_every == 0:
                 self.checkpoint()
@@ -282,7 +292,7 @@ class WriteUnits:
     def commits_on_this_thread(self) -> int:
         """How many units this thread has committed (the API boundary asks whether a
         call wrote anything before its read lost its connection)."""
-        return getattr(self._local, "commits", 0)
+        return self._local.commits
 
     def _attempt(self, conn: sa.Connection, fn, locks: Locks):
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""

@@ -102,6 +102,13 @@ class LazyReads:
             raise SnapshotNeeded()
 
 
+class ThreadSnapshot(threading.local):
+    """Per thread: the connection of the read snapshot open on it, if any (a class-level
+    default: a missing thread-local attribute costs a caught AttributeError per read)."""
+
+    conn: sa.Connection | None = None
+
+
 class RepositoryBase:
     db_path: Path | None
     #: the database, as errors name it (a path, or a URL with its password masked)
@@ -114,7 +121,7 @@ class RepositoryBase:
     _readers: HeldConnections | PooledConnections | None = None
     #: PostgreSQL only: single statements run without a transaction from here
     _singles: HeldConnections | PooledConnections | None = None
-    _snapshots: threading.local | None = None
+    _snapshots: ThreadSnapshot | None = None
     #: how units and reads ride out contention and outages (``SessionDB(retry=…)``)
     retry: RetryPolicy = RetryPolicy()
 
@@ -134,7 +141,7 @@ class RepositoryBase:
         units, local = self._units, self._snapshots
         joined = units.active_connection() if units is not None else None
         if joined is None and local is not None:
-            joined = getattr(local, "conn", None)
+            joined = local.conn
         return joined
 
     def _readers_open(self) -> HeldConnections | PooledConnections:
@@ -168,7 +175,7 @@ class RepositoryBase:
             yield joined
             return
         if self._snapshots is None:  # normally set by SessionDB.__init__
-            self._snapshots = threading.local()
+            self._snapshots = ThreadSnapshot()
         readers, backend = self._readers_open(), self._backend
         if readers.held:  # the thread's own reader (SQLite: a local BEGIN DEFERRED)
             try:
@@ -252,7 +259,7 @@ class RepositoryBase:
             with self._read() as conn:
                 return fn(LazyReads(conn, True))
         if self._snapshots is None:  # normally set by SessionDB.__init__
-            self._snapshots = threading.local()
+            self._snapshots = ThreadSnapshot()
         if singles.held:
             try:
                 return self._lazily_on(singles.get(), fn)
