@@ -118,3 +118,25 @@ def test_the_server_history_is_recorded_at_connect(pg_url, pg_server):
     with pg_server.connect("postgres") as conn:
         (expected,), = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchall()
     assert (system, timeline) == (expected, "00000001")
+
+
+def test_an_id_the_restarted_server_never_reached_was_never_committed(pg_url):
+    """After a crash (``pg_ctl restart -m immediate``) the server's next transaction id
+    comes from its WAL: an id it handed out but never logged is "in the future" for
+    ``txid_status``. On the same history that means no commit record of it exists: the
+    unit is aborted (re-run), not an unknown outcome. (Seen in
+    tests/reliability/test_rel_server_restart.py, restart-immediate.)"""
+    from hermes_store.backends.postgresql.outcome import IDENTITY, CommitTicket, commit_outcome
+    from hermes_store.units import ABORTED, COMMITTED
+
+    with SessionDB(pg_url) as db:
+        with db.engine.connect() as conn:
+            identity = conn.connection.info[IDENTITY]
+            committed = conn.exec_driver_sql("SELECT txid_current()").scalar()
+            conn.commit()
+            upcoming = conn.exec_driver_sql("SELECT txid_current()").scalar() + 10_000
+            conn.rollback()
+        assert commit_outcome(db.engine, CommitTicket(committed, identity)) == COMMITTED
+        assert commit_outcome(db.engine, CommitTicket(upcoming, identity)) == ABORTED
+        other = (identity[0], "00000000")  # the same id on another history: no answer
+        assert commit_outcome(db.engine, CommitTicket(upcoming, other)) is None

@@ -60,19 +60,27 @@ def commit_outcome(engine: Engine, ticket: CommitTicket) -> str | None:
     if ticket.identity is None:
         return None
     with autocommit(engine).connect() as conn:
+        system, timeline = conn.exec_driver_sql(f"SELECT {IDENTITY_COLUMNS}").one()
+        if system is None or timeline is None or (int(system), timeline) != ticket.identity:
+            return None
         try:
-            row = conn.exec_driver_sql(
-                f"SELECT txid_status(%(xid)s::bigint), {IDENTITY_COLUMNS}", {"xid": ticket.xid}
-            ).fetchone()
+            status = conn.exec_driver_sql("SELECT txid_status(%(xid)s::bigint)",
+                                          {"xid": ticket.xid}).scalar()
         except sa.exc.DBAPIError as exc:
             if exc.connection_invalidated:
                 raise
-            return None  # "in the future": not this server's history after all
-    status, system, timeline = row
-    if (system is None or timeline is None
-            or (int(system), timeline) != ticket.identity):
-        return None
+            if _in_the_future(exc):
+                # On the same history an id beyond the next one was never written to the
+                # WAL, so no commit of it was either: a crash (restart -m immediate) took
+                # the transaction with the server's unflushed state. Nothing is stored.
+                return ABORTED
+            return None
     return status if status in (COMMITTED, ABORTED, IN_PROGRESS) else None
 
+
+def _in_the_future(exc: sa.exc.DBAPIError) -> bool:
+    """``txid_status``'s "transaction ID … is in the future" (invalid_parameter_value)."""
+    return (getattr(exc.orig, "sqlstate", None) == "22023"
+            and "in the future" in str(exc.orig))
 
 __all__ = ["IDENTITY", "IDENTITY_COLUMNS", "CommitTicket", "commit_outcome", "ticket"]
