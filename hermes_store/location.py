@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import NamedTuple, Union
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from .errors import DatabaseURLError, UnsupportedBackendError
 from .paths import default_db_path
+from .patterns import LazyPattern
 
 #: names a URL when no path or URL is given (the name upstream's PR #88889 uses)
 URL_ENV = "HERMES_STATE_DATABASE_URL"
@@ -51,20 +51,19 @@ _SUPPORTED = (
 )
 
 #: what makes a string a URL rather than a path: ``scheme://``
-_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_URL_SCHEME = LazyPattern(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 #: a path component that is a URL's scheme: what ``Path("postgresql+psycopg://h/db")``
 #: keeps of a URL (the "//" collapses), e.g. after a CLI parsed ``--db`` as a path
-_SCHEME_COMPONENT = re.compile(
+_SCHEME_COMPONENT = LazyPattern(
     r"^(postgres|postgresql|sqlite|mysql|mariadb|oracle|mssql|cockroachdb)(\+\w+)?:$", re.I
 )
 #: the password part of something URL-shaped that SQLAlchemy could not parse
-_PASSWORD = re.compile(r"(:/+[^/:@?#]*:)[^@/?#]*(@)")
+_PASSWORD = LazyPattern(r"(:/+[^/:@?#]*:)[^@/?#]*(@)")
 
 Given = Union[str, os.PathLike, URL, "Target", None]
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """A resolved database: ``backend`` names its engine (``hermes_store.backends``):
 ``"sqlite"`` (``path`` set) or ``"postgresql"``.
 

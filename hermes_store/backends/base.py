@@ -20,9 +20,8 @@ implementation here.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, NoReturn, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -37,8 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 ProgressCallback = Callable[[str, int, int], None]
 
 
-@dataclass
-class OpenedStore:
+class OpenedStore(NamedTuple):
     """What ``Backend.open_store`` hands ``SessionDB``: the engine, how errors name the
     database, and the connections reads go through (``singles``: single statements
     outside a transaction, where the engine has a cheaper way than a snapshot)."""
@@ -345,8 +343,7 @@ class SearchRoute:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class StoreState:
+class StoreState(NamedTuple):
     """Where a database stands, read without writing to it.
 
     ``kind``: ``"missing"`` (no file), ``"empty"`` (no tables: a new store),

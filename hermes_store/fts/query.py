@@ -19,10 +19,10 @@ composes these pieces with portable Core filters.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .layout import FTS_TABLE, TRIGRAM_TABLE
+from ..patterns import LazyPattern
 
 #: the sanitizer looks at no more than this many characters of a query
 MAX_FTS5_QUERY_CHARS = 2048
@@ -76,48 +76,31 @@ def count_cjk(text: str) -> int:
 
 # --------------------------------------------------------------------------- sanitizer
 
-class _Pattern:
-    """A regular expression compiled on first use: compiling the sanitizer's dozen
-    patterns was a tenth of what the store adds to a cold start, which never searches."""
-
-    __slots__ = ("_args", "_compiled")
-
-    def __init__(self, *args) -> None:
-        self._args = args
-        self._compiled = None
-
-    def __getattr__(self, name: str):
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re.compile(*self._args)
-        return getattr(compiled, name)
-
-
-_SURROGATE = _Pattern("[\ud800-\udfff]")
+_SURROGATE = LazyPattern("[\ud800-\udfff]")
 # ASCII controls other than FTS5's whitespace (\t \n \r) are syntax errors even inside
 # a string; they never carry meaning in a search. (NUL never gets here: the query is
 # cut at the first one.)
-_CONTROL = _Pattern(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+_CONTROL = LazyPattern(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 # Outside a string FTS5 accepts only barewords (ASCII letters, digits, "_", non-ASCII),
 # whitespace and its operators. Every other ASCII punctuation mark is replaced by a
 # space, except "*" (prefix queries), "." "-" "_" (word chains, quoted below) and "%"
 # (kept for CJK queries, whose LIKE route escapes it).
 _PUNCTUATION = "!\"#$&'()+,/:;<=>?@[\\]^`{|}~"
-_PUNCT_RE = _Pattern("[" + re.escape(_PUNCTUATION) + "]")
-_PUNCT_PERCENT_RE = _Pattern("[" + re.escape(_PUNCTUATION + "%") + "]")
-_STRING = _Pattern(r'"([^"]*(?:""[^"]*)*)"')
+_PUNCT_RE = LazyPattern("[" + re.escape(_PUNCTUATION) + "]")
+_PUNCT_PERCENT_RE = LazyPattern("[" + re.escape(_PUNCTUATION + "%") + "]")
+_STRING = LazyPattern(r'"([^"]*(?:""[^"]*)*)"')
 _PLACEHOLDER = "\x00{}\x00"  # NUL cannot survive _CONTROL, so it cannot be forged
-_PLACEHOLDER_RE = _Pattern("\x00(\\d+)\x00")
-_STAR_RUN = _Pattern(r"\*+")
-_LEADING_STAR = _Pattern(r"(^|\s)\*")
-_LEADING_OP = _Pattern(r"(?i)^(AND|OR|NOT)\b\s*")
-_TRAILING_OP = _Pattern(r"(?i)\s+(AND|OR|NOT)\s*$")
+_PLACEHOLDER_RE = LazyPattern("\x00(\\d+)\x00")
+_STAR_RUN = LazyPattern(r"\*+")
+_LEADING_STAR = LazyPattern(r"(^|\s)\*")
+_LEADING_OP = LazyPattern(r"(?i)^(AND|OR|NOT)\b\s*")
+_TRAILING_OP = LazyPattern(r"(?i)\s+(AND|OR|NOT)\s*$")
 # "chat-send", "P2.2", "my-app.config.ts", "snake_case_name": the unicode61 tokenizer
 # would split them, so they become phrases.
-_WORD_CHAIN = _Pattern(r"\b(\w+(?:[._-]\w+)+)\b")
+_WORD_CHAIN = LazyPattern(r"\b(\w+(?:[._-]\w+)+)\b")
 
 # Lexer over a sanitized query (the FTS5 token classes we can still meet).
-_LEX = _Pattern(
+_LEX = LazyPattern(
     r'(?P<string>"[^"]*(?:""[^"]*)*")'
     # Unicode spaces (U+3000, NBSP, ...) are bareword characters to FTS5, but str.strip()
     # removes them at the ends, so they must not count as a term here
@@ -244,8 +227,7 @@ def sanitize_fts5_query(query: str) -> str:
 # --------------------------------------------------------------------------- routing
 
 
-@dataclass(frozen=True)
-class Term:
+class Term(NamedTuple):
     text: str
     is_operator: bool = False
 
@@ -311,8 +293,7 @@ def _trigram_can_serve(terms: list[Term]) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class SearchPlan:
+class SearchPlan(NamedTuple):
     """How to run one search: ``route`` and its query.
 
     ``match`` is the MATCH expression (fts/trigram routes); ``like_terms`` the

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import sqlalchemy as sa
 
 from .. import schema
+from ..patterns import LazyPattern
 from .message_rows import _load_json, decode_content
 from .prebuilt import Prebuilt
 
@@ -23,15 +24,15 @@ S = schema.sessions
 
 # A recalled-memory block the agent injected into a turn and that leaked into the
 # stored text; replaying it would feed the model its own memory as user input.
-_MEMORY_BLOCK = re.compile(r"<\s*memory-context\s*>.*?<\s*/\s*memory-context\s*>",
-                           re.IGNORECASE | re.DOTALL)
-_MEMORY_NOTE = re.compile(
+_MEMORY_BLOCK = LazyPattern(r"<\s*memory-context\s*>.*?<\s*/\s*memory-context\s*>",
+                            re.IGNORECASE | re.DOTALL)
+_MEMORY_NOTE = LazyPattern(
     r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\."
     r"\s*Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*",
     re.IGNORECASE,
 )
-_MEMORY_TAG = re.compile(r"<\s*/?\s*memory-context\s*>", re.IGNORECASE)
-_MEMORY_WORD = re.compile(r"memory", re.IGNORECASE)
+_MEMORY_TAG = LazyPattern(r"<\s*/?\s*memory-context\s*>", re.IGNORECASE)
+_MEMORY_WORD = LazyPattern(r"memory", re.IGNORECASE)
 
 # Prompts of the background skill/memory review that older agents wrote into the real
 # session; replayed, they turn the agent into the reviewer.

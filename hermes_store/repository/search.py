@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import sqlalchemy as sa
 
@@ -159,8 +158,7 @@ def _as_list(values: Any) -> list | None:
     return [scrub_surrogates(v) for v in values]
 
 
-@dataclass(frozen=True)
-class _Shape:
+class _Shape(NamedTuple):
     """What a search's statements depend on besides bound values: one statement is
     built (and compiled once) per shape, not per search. A filter list's length is part
     of the shape (one parameter per value), so the statement needs no expanding IN."""
@@ -551,7 +549,7 @@ class SearchMixin(RepositoryBase):
             if rows or plan.retry_trigram is None:
                 return rows, False
             if shape.offset:
-                first = replace(shape, limited=True, offset=False)
+                first = shape._replace(limited=True, offset=False)
                 if _match_search(reads, sql, index, plan.match, first,
                                  {**values, "page_limit": 1}, sort):
                     return rows, False  # past the last page, not "nothing found"

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from .. import schema, unit_locks
 from ..errors import TitleError
+from ..patterns import LazyPattern
 from . import kinds
 from ..units import hold
 from .base import RepositoryBase
@@ -27,13 +28,13 @@ S = schema.sessions
 MAX_TITLE_LENGTH = 100
 
 # Controls except tab/LF/CR (those become spaces in the whitespace step).
-_ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ASCII_CONTROLS = LazyPattern(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Zero-width, bidi overrides/isolates, line/paragraph separators, BOM, interlinear
 # annotation marks and the object replacement character.
-_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc]")
-_WHITESPACE_RUN = re.compile(r"\s+")
-_NUMBERED = re.compile(r"^(.*?) #(\d+)$")
-_NUMBER_SUFFIX = re.compile(r"^.* #(\d+)$")
+_INVISIBLE = LazyPattern("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc]")
+_WHITESPACE_RUN = LazyPattern(r"\s+")
+_NUMBERED = LazyPattern(r"^(.*?) #(\d+)$")
+_NUMBER_SUFFIX = LazyPattern(r"^.* #(\d+)$")
 
 
 def sanitize_title(title: str | None) -> str | None:

@@ -23,7 +23,8 @@ SOURCES = {"hermes_store": ROOT / "hermes_store", "hermes_store.migrations": ROO
 #: (layer, module prefixes), lowest first: a module may import its own layer and below.
 #: Keep in step with docs/architecture.md, "Layers".
 LAYERS = [
-    ("foundation", ["hermes_store.errors", "hermes_store.paths", "hermes_store.revisions",
+    ("foundation", ["hermes_store.errors", "hermes_store.paths", "hermes_store.patterns",
+                    "hermes_store.revisions",
                     "hermes_store.location", "hermes_store.schema", "hermes_store.telegram_schema",
                     "=hermes_store.fts", "hermes_store.fts.layout", "hermes_store.fts.query",
                     "hermes_store.fts.snippet",

@@ -88,12 +88,12 @@ class SQLiteBackend(Backend):
 
     def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode) -> OpenedStore:
         from ...connections import HeldConnections
-        from ...errors import SchemaOutOfDateError, StoreNotFoundError
+        from ...errors import DatabaseDamagedError, SchemaOutOfDateError, StoreNotFoundError
         from .engine import AUTO, create_engine
         from .fileops import create_private_file
-        from .files import check_not_symlink, ensure_schema, make_private, upgrade_hint
+        from .files import (check_not_symlink, ensure_schema, make_private, probe_database,
+                            upgrade_hint)
         from .identity import FileWatch
-        from .repair import probe_or_heal
 
         check_not_symlink(path)
         if not path.exists():
@@ -107,7 +107,12 @@ class SQLiteBackend(Backend):
             create_private_file(path)
         elif not read_only:
             make_private(path)
-        probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
+        try:
+            probe_database(path)
+        except DatabaseDamagedError:  # the repair module only for a file that needs it
+            from .repair import probe_or_heal
+
+            probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
         # The file as opened: write units, checkpoints, VACUUM and new connections check
         # it is still the one at the path (a rename over it: StoreReplacedError).
         watch = FileWatch(path, set_aside=not read_only)

@@ -26,7 +26,7 @@ under its folder (``hermes_store.backends.sqlite.journal``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 #: where Linux lists the mounts this process sees
@@ -63,8 +63,7 @@ _KIND_WHY = {
 }
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     """One row of a mountinfo table."""
 
     mount_point: str
@@ -73,8 +72,7 @@ class Mount:
     root: str = "/"
 
 
-@dataclass(frozen=True)
-class Filesystem:
+class Filesystem(NamedTuple):
     """The filesystem under a path: its mount (None when unknown) and its ``kind``."""
 
     path: str

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 log = logging.getLogger("hermes_store.backends.sqlite")
@@ -44,8 +44,7 @@ log = logging.getLogger("hermes_store.backends.sqlite")
 PROC_FDS = "/proc/self/fd"
 
 
-@dataclass(frozen=True)
-class FileIdentity:
+class FileIdentity(NamedTuple):
     dev: int
     ino: int
 

@@ -25,7 +25,7 @@ import contextvars
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import filesystem
 
@@ -58,8 +58,7 @@ def normalize(value: str | None, *, source: str = "journal_mode") -> str | None:
     return mode
 
 
-@dataclass(frozen=True)
-class JournalPlan:
+class JournalPlan(NamedTuple):
     #: the mode for a file not already in WAL
     mode: str
     #: "argument", "environment" or "filesystem"

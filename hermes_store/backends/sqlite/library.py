@@ -35,7 +35,7 @@ import functools
 import importlib
 import logging
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 from types import ModuleType
 
 log = logging.getLogger("hermes_store.backends.sqlite")
@@ -52,8 +52,7 @@ _MODULES = {"pysqlite3": "pysqlite3.dbapi2", "sqlite3": "sqlite3"}
 _AUTO_ORDER = ("pysqlite3", "sqlite3")
 
 
-@dataclass(frozen=True)
-class Library:
+class Library(NamedTuple):
     """A SQLite DB-API module and the SQLite it links."""
 
     name: str
