@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from _common import ROOT
 from _workload import Generator
@@ -152,3 +155,56 @@ def database_bytes(url: str) -> int:
 
 __all__ = ["DEPLOYMENT_SETTINGS", "RELAXED_SETTINGS", "database_bytes", "fill", "server",
            "settings_text"]
+
+
+# --------------------------------------------------------------------------- writer processes
+
+def server_cpu(data_dir: Path | None) -> float:
+    """CPU seconds used so far by a PostgreSQL server: the postmaster, its live
+    processes (backends, WAL writer…) and those it has reaped (``cutime``)."""
+    if data_dir is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+
+    def fields(pid):
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+
+    own = fields(postmaster)
+    total = sum(int(x) for x in own[11:15])  # utime stime cutime cstime
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                f = fields(entry)
+            except OSError:
+                continue
+            if int(f[1]) == postmaster:
+                total += int(f[11]) + int(f[12])
+    return total / tick
+
+
+def run_children(commands: Sequence[list[str]], seconds: float, data_dir: Path | None = None,
+                 env: dict | None = None) -> tuple[list[dict], float, float]:
+    """Start one writer process per command, wait until each prints ``ready``, tell all
+    of them ``go START DEADLINE`` (``seconds`` from a moment 0.3 s ahead, so they begin
+    together), and collect the JSON report each prints at the end. Returns the reports,
+    the start time and the server's CPU seconds over the run (0 without ``data_dir``).
+    A child that fails to start, or anything raised here, kills every child."""
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=env) for cmd in commands]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"writer did not start (exit {p.wait()})")
+        start = time.time() + 0.3
+        server_before = server_cpu(data_dir)
+        for p in procs:
+            p.stdin.write(f"go {start} {start + seconds}\n")
+            p.stdin.flush()
+        reports = [json.loads(p.communicate(timeout=seconds + 300)[0]) for p in procs]
+        return reports, start, server_cpu(data_dir) - server_before
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

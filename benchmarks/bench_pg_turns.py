@@ -20,8 +20,8 @@ that runs such units one at a time is capped by latency, not by CPU.
 
 Sides: ``scoped`` — this checkout's ``hermes_store`` (a unit locks the sessions and
 titles it decides on, D16) — and ``store lock`` — the same calls on the store before it
-(``--baseline-rev``, default the tag ``d17-landed``: every unit but appends and handoff
-transitions takes one exclusive lock per store), exported with ``git archive`` into the
+(``--baseline-rev``, default ``aeac7d2``: issue 18's landing, once tagged ``d17-landed``;
+every unit but appends and handoff transitions takes one exclusive lock per store), exported with ``git archive`` into the
 work directory and put first on the writers' ``PYTHONPATH``; each writer reports the
 package it imported. Sides alternate within a round and the order flips each round;
 every run gets a fresh database copied from a template at head. The server is durable
@@ -30,7 +30,7 @@ every run gets a fresh database copied from a template at head. The server is du
 Target (issue 17): with ~1 ms round trips, scoped W = 16 ≥ 4 × scoped W = 1, zero errors.
 
     python benchmarks/bench_pg_turns.py [--rounds 3] [--seconds 4] [--writers 1,4,16]
-        [--delay-ms 0.5] [--baseline-rev d17-landed | --baseline-src DIR]
+        [--delay-ms 0.5] [--baseline-rev aeac7d2 | --baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ WRITERS = (1, 4, 16)
 SECONDS = 4.0
 TURNS = 3
 DELAY_MS = 0.5
-BASELINE_REV = "d17-landed"
+#: a commit, not the tag it once had: a clone carries the commits, not local tags
+BASELINE_REV = "aeac7d2"
 TARGET_SPEEDUP = 4.0
 SIDES = ("scoped", "store lock")
 #: what every gateway session starts with (one text, so one ``system_prompts`` row)
@@ -131,37 +132,14 @@ def child(target: str, writer_id: int, turns: int) -> None:
 
 # --------------------------------------------------------------------------- parent
 
-def _spawn(target: str, writer_id: int, turns: int, src: Path | None) -> subprocess.Popen:
+def run_writers(target: str, writers: int, seconds: float, turns: int, src: Path | None,
+                data_dir: Path) -> dict:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "child", target,
-                             str(writer_id), str(turns)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
-
-
-def run_writers(target: str, writers: int, seconds: float, turns: int, src: Path | None,
-                data_dir: Path) -> dict:
-    from bench_pg_writers import server_cpu
-
-    procs = [_spawn(target, w, turns, src) for w in range(writers)]
-    try:
-        for p in procs:
-            line = p.stdout.readline()
-            if line.strip() != "ready":
-                raise RuntimeError(f"writer did not start (exit {p.wait()})")
-        start = time.time() + 0.3
-        server_before = server_cpu(data_dir)
-        for p in procs:
-            p.stdin.write(f"go {start} {start + seconds}\n")
-            p.stdin.flush()
-        reports = [json.loads(p.communicate(timeout=seconds + 300)[0]) for p in procs]
-        server = server_cpu(data_dir) - server_before
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    commands = [[sys.executable, str(Path(__file__).resolve()), "child", target, str(w), str(turns)]
+                for w in range(writers)]
+    reports, start, server = _pg.run_children(commands, seconds, data_dir, env=env)
     window = max(r["finished"] for r in reports) - start
     latencies = [x for r in reports for x in r["latencies"]]
     errors: Counter = Counter()

@@ -30,10 +30,8 @@ zero errors.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _pg  # noqa: E402
-from _common import BENCH_DIR, log, main_for, percentile  # noqa: E402
+from _common import log, percentile  # noqa: E402
 
 NAME = "pg_writers"
 WRITERS = (1, 2, 4, 8)
@@ -105,55 +103,13 @@ def child(target: str, writer_id: int) -> None:
 
 # --------------------------------------------------------------------------- parent
 
-def _spawn(target: str, writer_id: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "child", target,
-                             str(writer_id)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-
-
-def server_cpu(data_dir: Path | None) -> float:
-    """CPU seconds used so far by a PostgreSQL server: the postmaster, its live
-    processes (backends, WAL writer…) and those it has reaped (``cutime``)."""
-    if data_dir is None:
-        return 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-
-    def fields(pid):
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-
-    own = fields(postmaster)
-    total = sum(int(x) for x in own[11:15])  # utime stime cutime cstime
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                f = fields(entry)
-            except OSError:
-                continue
-            if int(f[1]) == postmaster:
-                total += int(f[11]) + int(f[12])
-    return total / tick
+def _command(target: str, writer_id: int) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "child", target, str(writer_id)]
 
 
 def run_writers(target: str, writers: int, seconds: float, data_dir: Path | None = None) -> dict:
-    procs = [_spawn(target, w) for w in range(writers)]
-    try:
-        for p in procs:
-            line = p.stdout.readline()
-            if line.strip() != "ready":
-                raise RuntimeError(f"writer did not start (exit {p.wait()})")
-        start = time.time() + 0.3
-        server_before = server_cpu(data_dir)
-        for p in procs:
-            p.stdin.write(f"go {start} {start + seconds}\n")
-            p.stdin.flush()
-        reports = [json.loads(p.communicate(timeout=seconds + 300)[0]) for p in procs]
-        server = server_cpu(data_dir) - server_before
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    reports, _start, server = _pg.run_children([_command(target, w) for w in range(writers)],
+                                               seconds, data_dir)
     latencies = [x for r in reports for x in r["latencies"]]
     errors: Counter = Counter()
     for r in reports:
