@@ -61,3 +61,37 @@ def test_the_cli_on_a_sqlite_store_never_loads_the_postgresql_dialect(tmp_path):
     imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", run.stderr, re.M)
     assert "hermes_store.store" in imported  # the parse saw the imports
     assert _loaded(imported) == {}
+
+
+def test_opening_a_file_at_head_defines_no_dataclass_and_skips_the_repair_module(tmp_path):
+    """Creating a dataclass class costs ~0.5 ms (it execs its generated methods): the
+    open path's records are NamedTuples, and the repair module is for a damaged file
+    only (hermes_store/startup.py). Counted with the dataclasses module's own hook."""
+    from hermes_store import SessionDB
+
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s1", "cli")
+    code = textwrap.dedent("""
+        import dataclasses, json, sys
+        made = []
+        process = dataclasses._process_class
+        def counted(cls, *args, **kwargs):
+            if cls.__module__.startswith("hermes_store"):
+                made.append(f"{cls.__module__}.{cls.__qualname__}")
+            return process(cls, *args, **kwargs)
+        dataclasses._process_class = counted
+        from hermes_store import SessionDB
+        db = SessionDB(sys.argv[1])
+        assert db.get_session("s1") is not None
+        db.close()
+        print(json.dumps({"dataclasses": made,
+                          "repair": "hermes_store.backends.sqlite.repair" in sys.modules}))
+    """)
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, cwd=REPO, timeout=120)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    # RetryPolicy stays a dataclass: it validates its fields and is public API
+    assert found["dataclasses"] == ["hermes_store.units.RetryPolicy"]
+    assert found["repair"] is False
