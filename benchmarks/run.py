@@ -63,16 +63,9 @@ def main(argv=None) -> int:
     failed = []
     for name in names:
         print(f"\n=== {name} ===", flush=True)
-        t0 = time.perf_counter()
-        rc = subprocess.call([sys.executable, str(BENCH_DIR / f"bench_{name}.py"), *passthrough])
-        elapsed = time.perf_counter() - t0
-        latest = RESULTS / f"{name}-latest.json"
-        if rc != 0 or not latest.exists() or latest.stat().st_mtime < time.time() - elapsed - 1:
+        data = _run_one(name, passthrough)
+        if "error" in data:
             failed.append(name)
-            combined["benchmarks"][name] = {"error": f"exit status {rc}", "seconds": elapsed}
-            continue
-        data = json.loads(latest.read_text())
-        data["seconds"] = elapsed
         combined["benchmarks"][name] = data
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -101,24 +94,40 @@ def main(argv=None) -> int:
     return 0
 
 
-def _run_one(name: str, passthrough: list[str], env: dict | None = None) -> dict | None:
-    """One benchmark in its own process; its JSON, or None when it failed."""
+def _run_one(name: str, passthrough: list[str], env: dict | None = None) -> dict:
+    """One benchmark in its own process: its JSON, or ``{"error", "seconds"}`` when it
+    failed (or wrote no fresh result)."""
     t0 = time.perf_counter()
     rc = subprocess.call([sys.executable, str(BENCH_DIR / f"bench_{name}.py"), *passthrough], env=env)
     elapsed = time.perf_counter() - t0
     latest = RESULTS / f"{name}-latest.json"
     if rc != 0 or not latest.exists() or latest.stat().st_mtime < time.time() - elapsed - 1:
-        return None
+        return {"error": f"exit status {rc}", "seconds": elapsed}
     data = json.loads(latest.read_text())
     data["seconds"] = elapsed
     return data
+
+
+def _median(values: list[float] | None) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratio(values: dict[str, list[float]] | None, a: str, b: str) -> float | None:
+    """Median of ``a``'s values ÷ median of ``b``'s (None when either is missing)."""
+    if not values:
+        return None
+    top, bottom = _median(values[a]), _median(values[b])
+    return top / bottom if top and bottom else None
 
 
 def compare_libraries(names, libraries, args, passthrough, argv) -> int:
     """The store's own figures (the ``ours`` column) on each SQLite library, in one run:
     every benchmark runs once per library per repeat, the libraries alternating which
     goes first, so a machine that gets busier or quieter meanwhile (a shared one does)
-    weighs on both; the median over the repeats is reported, with the ratio A ÷ B."""
+    weighs on both; the median over the repeats is reported, with the ratio A ÷ B — and,
+    where upstream ran beside the store (on the standard library in every run), A ÷ B of
+    each run's ours ÷ upstream: that cancels the moment a run happened, which a hot call
+    here feels as ±30 % between processes (CPU frequency)."""
     from hermes_store.backends.sqlite.library import ENV
 
     runs: dict[str, dict[str, list[dict]]] = {name: {lib: [] for lib in libraries} for name in names}
@@ -129,16 +138,17 @@ def compare_libraries(names, libraries, args, passthrough, argv) -> int:
             for lib in order:
                 print(f"\n=== {name} on {lib} (run {rep + 1}/{args.library_repeats}) ===", flush=True)
                 data = _run_one(name, passthrough, env=dict(os.environ, **{ENV: lib}))
-                if data is None:
+                if "error" in data:
                     failed.append(f"{name}/{lib}")
                     continue
                 runs[name][lib].append(data)
     lines, md = [], []
     a, b = libraries[0], libraries[-1]
-    header = ("benchmark", "case", "metric", a, b, f"{a}÷{b}", "runs")
+    header = ("benchmark", "case", "metric", a, b, f"{a}÷{b}", f"{a}÷{b} vs upstream", "runs")
     table = []
     for name in names:
         keyed: dict[tuple, dict[str, list[float]]] = {}
+        against: dict[tuple, dict[str, list[float]]] = {}
         units = {}
         for lib in libraries:
             for data in runs[name][lib]:
@@ -148,11 +158,14 @@ def compare_libraries(names, libraries, args, passthrough, argv) -> int:
                     key = (row["case"], row["metric"])
                     units[key] = row["unit"]
                     keyed.setdefault(key, {x: [] for x in libraries})[lib].append(row["ours"])
-        for (case, metric), values in keyed.items():
-            med = {lib: statistics.median(v) if v else None for lib, v in values.items()}
-            r = None if not med[a] or not med[b] else med[a] / med[b]
-            table.append((name, case, f"{metric} ({units[(case, metric)]})",
-                          _fmt(med[a]), _fmt(med[b]), _fmt(r),
+                    if row.get("upstream"):
+                        against.setdefault(key, {x: [] for x in libraries})[lib].append(
+                            row["ours"] / row["upstream"])
+        for key, values in keyed.items():
+            case, metric = key
+            table.append((name, case, f"{metric} ({units[key]})",
+                          *(_fmt(_median(values[lib])) for lib in (a, b)),
+                          _fmt(_ratio(values, a, b)), _fmt(_ratio(against.get(key), a, b)),
                           "/".join(str(len(values[lib])) for lib in libraries)))
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h)
               for i, h in enumerate(header)]
