@@ -166,10 +166,13 @@ class SessionDB(
         return f"SessionDB({self.target.display!r}, {state})"
 
 
+#: containers whose text items the boundary scrubs (rebuilt as the same type; a
+#: subclass such as a named tuple cannot be rebuilt from one iterable, and is passed on)
+_SCRUBBED_CONTAINERS = (list, tuple, set, frozenset)
+
+
 def _scrub_argument(value):
-    if type(value) is str and value.isascii():  # most ids: no surrogate can be in them
-        return value
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if type(value) in _SCRUBBED_CONTAINERS:
         return type(value)(scrub_surrogates(v) for v in value)
     return scrub_surrogates(value)
 

@@ -15,7 +15,8 @@ def scrub_surrogates(value: Any) -> Any:
     The driver cannot encode U+D800–U+DFFF as UTF-8, so one such code point would
     fail the whole write unit.
     """
-    if isinstance(value, str) and _LONE_SURROGATE.search(value):
+    # ASCII text (most ids, most content) cannot hold one: skip the scan
+    if isinstance(value, str) and not value.isascii() and _LONE_SURROGATE.search(value):
         return _LONE_SURROGATE.sub("\ufffd", value)
     return value
 

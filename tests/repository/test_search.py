@@ -146,6 +146,21 @@ def test_filter_values_with_lone_surrogates_match_like_stored_text(db, corpus):
     assert odd not in ids(db.search_messages("docker", exclude_sources=["src\ud800"]))
 
 
+def test_a_filter_given_as_a_named_tuple_reaches_the_search(db, corpus):
+    """The API boundary rebuilds the plain containers it scrubs; a tuple subclass cannot
+    be rebuilt from one iterable and is handed on (the search scrubs its items itself)."""
+    from typing import NamedTuple
+
+    class Sources(NamedTuple):
+        first: str
+        second: str
+
+    db.create_session("odd", "src\ud800")  # stored as "src\ufffd"
+    odd = db.append_message("odd", "user", "docker elsewhere")
+    found = db.search_messages("docker", source_filter=Sources("telegram", "src\ud800"))
+    assert set(ids(found)) == {corpus["tg"], odd}
+
+
 def test_role_filter(db, corpus):
     assert set(ids(db.search_messages("docker", role_filter=["user"]))) == {
         corpus["q"], corpus["tg"]}
