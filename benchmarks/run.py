@@ -108,6 +108,19 @@ def _run_one(name: str, passthrough: list[str], env: dict | None = None) -> dict
     return data
 
 
+def per_run_ratios(runs: dict[str, list[dict]], libraries) -> dict[tuple, dict[str, list[float]]]:
+    """(case, metric) → library → each run's ours ÷ upstream, for one benchmark's runs
+    per library (rows where upstream ran beside the store)."""
+    out: dict[tuple, dict[str, list[float]]] = {}
+    for lib in libraries:
+        for data in runs[lib]:
+            for row in data["rows"]:
+                if row.get("ours") and row.get("upstream"):
+                    out.setdefault((row["case"], row["metric"]), {x: [] for x in libraries})[
+                        lib].append(row["ours"] / row["upstream"])
+    return out
+
+
 def _median(values: list[float] | None) -> float | None:
     return statistics.median(values) if values else None
 
@@ -148,7 +161,6 @@ def compare_libraries(names, libraries, args, passthrough, argv) -> int:
     table = []
     for name in names:
         keyed: dict[tuple, dict[str, list[float]]] = {}
-        against: dict[tuple, dict[str, list[float]]] = {}
         units = {}
         for lib in libraries:
             for data in runs[name][lib]:
@@ -158,9 +170,7 @@ def compare_libraries(names, libraries, args, passthrough, argv) -> int:
                     key = (row["case"], row["metric"])
                     units[key] = row["unit"]
                     keyed.setdefault(key, {x: [] for x in libraries})[lib].append(row["ours"])
-                    if row.get("upstream"):
-                        against.setdefault(key, {x: [] for x in libraries})[lib].append(
-                            row["ours"] / row["upstream"])
+        against = per_run_ratios(runs[name], libraries)
         for key, values in keyed.items():
             case, metric = key
             table.append((name, case, f"{metric} ({units[key]})",
