@@ -1,7 +1,8 @@
 """``SessionDB``: the session store, a drop-in for upstream Hermes' ``SessionDB``.
 
-It is composed of one mixin per concern (``hermes_store.repository``); this module
-only opens and closes the database. Which one is decided once by
+It is composed of one mixin per concern (``hermes_store.repository``): ``sessions``
+at import, the others on first use (``repository.concerns``: a process that reads one
+session never imports them). This module only opens and closes the database. Which one is decided once by
 ``hermes_store.location.resolve`` (decision D11): a path or ``sqlite:///PATH`` is a
 SQLite file, a ``postgresql+psycopg://…`` URL a PostgreSQL database, and with nothing
 given ``$HERMES_STATE_DATABASE_URL``, else ``$HERMES_HOME/state.db`` (at call time).
@@ -25,21 +26,7 @@ from . import backends, schema
 from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
 from .repository.base import ReadInterrupted, ThreadSnapshot
-from .repository.cleanup import CleanupMixin
-from .repository.gateway import GatewayMixin
-from .repository.handoff import HandoffMixin
-from .repository.importing import ImportMixin
-from .repository.lineage import LineageMixin
-from .repository.lookups import LookupsMixin
-from .repository.maintenance import MaintenanceMixin
-from .repository.messages import MessagesMixin
-from .repository.meta import MetaMixin
-from .repository.portability import PortabilityMixin
-from .repository.search import SearchMixin
-from .repository.sessions import SessionsMixin
-from .repository.telegram import TelegramTopicsMixin
-from .repository.titles import TitlesMixin
-from .repository.usage import UsageMixin
+from .repository.concerns import CONCERNS, EAGER, Assembled, AssembledOnUse, load
 from .repository.values import scrub_surrogates
 from .units import Outage, RetryPolicy, WriteUnits
 
@@ -47,23 +34,91 @@ from .units import Outage, RetryPolicy, WriteUnits
 SCHEMA_VERSION = schema.SCHEMA_VERSION
 
 
-class SessionDB(
-    SessionsMixin,
-    TitlesMixin,
-    LineageMixin,
-    UsageMixin,
-    PortabilityMixin,
-    CleanupMixin,
-    ImportMixin,
-    MetaMixin,
-    MaintenanceMixin,
-    MessagesMixin,
-    SearchMixin,
-    GatewayMixin,
-    HandoffMixin,
-    LookupsMixin,
-    TelegramTopicsMixin,
-):
+#: containers whose text items the boundary scrubs (rebuilt as the same type; a
+#: subclass such as a named tuple cannot be rebuilt from one iterable, and is passed on)
+_SCRUBBED_CONTAINERS = (list, tuple, set, frozenset)
+
+
+def _scrub_argument(value):
+    if type(value) in _SCRUBBED_CONTAINERS:
+        return type(value)(scrub_surrogates(v) for v in value)
+    return scrub_surrogates(value)
+
+
+def _guarded(method):
+    """The API boundary of every public method:
+
+    * raise ``StoreClosedError`` on a closed store, even when the method would have
+      returned early without touching the database;
+    * replace lone surrogates in text arguments (and lists of text): stored text never
+      holds them, so ids and filters must be scrubbed the same way to reach the same
+      rows, and the driver could not bind them anyway;
+    * re-run a call whose read snapshot lost its connection mid-way (a server restart:
+      ``ReadInterrupted``), when the call has committed no write unit so far — it has
+      then only read, and running it again reads afresh — within the outage budget
+      (``RetryPolicy.outage_timeout``, decision D16). A call that wrote gets the error.
+    """
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._require_open()
+        if args:
+            args = tuple(map(_scrub_argument, args))
+        if kwargs:
+            kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
+        units = self._units
+        wrote = units.commits_on_this_thread() if units is not None else 0
+        try:
+            return method(self, *args, **kwargs)
+        except ReadInterrupted as exc:
+            return _rerun_read(self, method, args, kwargs, exc, wrote)
+
+    call._api_guard_of = method
+    return call
+
+
+def _rerun_read(db, method, args, kwargs, exc: ReadInterrupted, wrote: int):
+    """Run ``method`` again after a ``ReadInterrupted`` (see ``_guarded``)."""
+    outage = Outage(db.retry)
+    while True:
+        units = db._units
+        if units is None or units.commits_on_this_thread() != wrote \
+                or units.active_connection() is not None:
+            raise ServerUnreachableError(str(exc)) from exc  # it wrote: not re-run
+        if not outage.wait():
+            raise ServerUnreachableError(
+                f"{exc}; tried for {db.retry.outage_timeout:g} s "
+                "(RetryPolicy(outage_timeout=…) sets how long)") from exc
+        try:
+            return method(db, *args, **kwargs)
+        except ReadInterrupted as again:
+            exc = again
+
+
+_ABSENT = object()
+
+
+def _guard_public_methods(cls: type, mro: tuple[type, ...] | None = None) -> None:
+    """Put ``_guarded`` on every public method ``cls`` resolves to — through ``mro``
+    when given: the order it is about to have (``repository.concerns``), so the guard
+    is in place before the methods of its new concerns can be reached."""
+    mro = cls.__mro__ if mro is None else mro
+    exempt = {"close", "reopen", "replaced"}
+    for name in {name for klass in mro for name in vars(klass)}:
+        if name.startswith("_") or name in exempt:
+            continue
+        raw = None
+        for klass in mro:
+            found = klass.__dict__.get(name, _ABSENT)
+            if found is not _ABSENT and not (klass is cls and hasattr(found, "_api_guard_of")):
+                raw = found  # the first definition past a guard already in place
+                break
+        if callable(raw) and not isinstance(raw, (staticmethod, classmethod, type)):
+            if getattr(cls.__dict__.get(name), "_api_guard_of", None) is not raw:
+                setattr(cls, name, _guarded(raw))
+
+
+class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
+                later=CONCERNS[EAGER:], on_assembly=_guard_public_methods):
     """The Hermes session store over one SQLite file or one PostgreSQL database (see
     the module docstring)."""
 
@@ -164,79 +219,6 @@ class SessionDB(
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("read-only" if self.read_only else "open")
         return f"SessionDB({self.target.display!r}, {state})"
-
-
-#: containers whose text items the boundary scrubs (rebuilt as the same type; a
-#: subclass such as a named tuple cannot be rebuilt from one iterable, and is passed on)
-_SCRUBBED_CONTAINERS = (list, tuple, set, frozenset)
-
-
-def _scrub_argument(value):
-    if type(value) in _SCRUBBED_CONTAINERS:
-        return type(value)(scrub_surrogates(v) for v in value)
-    return scrub_surrogates(value)
-
-
-def _guarded(method):
-    """The API boundary of every public method:
-
-    * raise ``StoreClosedError`` on a closed store, even when the method would have
-      returned early without touching the database;
-    * replace lone surrogates in text arguments (and lists of text): stored text never
-      holds them, so ids and filters must be scrubbed the same way to reach the same
-      rows, and the driver could not bind them anyway;
-    * re-run a call whose read snapshot lost its connection mid-way (a server restart:
-      ``ReadInterrupted``), when the call has committed no write unit so far — it has
-      then only read, and running it again reads afresh — within the outage budget
-      (``RetryPolicy.outage_timeout``, decision D16). A call that wrote gets the error.
-    """
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        self._require_open()
-        if args:
-            args = tuple(map(_scrub_argument, args))
-        if kwargs:
-            kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
-        units = self._units
-        wrote = units.commits_on_this_thread() if units is not None else 0
-        try:
-            return method(self, *args, **kwargs)
-        except ReadInterrupted as exc:
-            return _rerun_read(self, method, args, kwargs, exc, wrote)
-
-    return call
-
-
-def _rerun_read(db, method, args, kwargs, exc: ReadInterrupted, wrote: int):
-    """Run ``method`` again after a ``ReadInterrupted`` (see ``_guarded``)."""
-    outage = Outage(db.retry)
-    while True:
-        units = db._units
-        if units is None or units.commits_on_this_thread() != wrote \
-                or units.active_connection() is not None:
-            raise ServerUnreachableError(str(exc)) from exc  # it wrote: not re-run
-        if not outage.wait():
-            raise ServerUnreachableError(
-                f"{exc}; tried for {db.retry.outage_timeout:g} s "
-                "(RetryPolicy(outage_timeout=…) sets how long)") from exc
-        try:
-            return method(db, *args, **kwargs)
-        except ReadInterrupted as again:
-            exc = again
-
-
-def _guard_public_methods(cls: type) -> None:
-    exempt = {"close", "reopen", "replaced"}
-    for name in dir(cls):
-        if name.startswith("_") or name in exempt:
-            continue
-        raw = None
-        for klass in cls.__mro__:
-            if name in klass.__dict__:
-                raw = klass.__dict__[name]
-                break
-        if callable(raw) and not isinstance(raw, (staticmethod, classmethod, type)):
-            setattr(cls, name, _guarded(raw))
 
 
 _guard_public_methods(SessionDB)
