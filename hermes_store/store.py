@@ -2,7 +2,8 @@
 
 It is composed of one mixin per concern (``hermes_store.repository``): ``sessions``
 at import, the others on first use (``repository.concerns``: a process that reads one
-session never imports them). This module only opens and closes the database. Which one is decided once by
+session never imports them). This module only opens and closes the database. Which
+database is decided once by
 ``hermes_store.location.resolve`` (decision D11): a path or ``sqlite:///PATH`` is a
 SQLite file, a ``postgresql+psycopg://…`` URL a PostgreSQL database, and with nothing
 given ``$HERMES_STATE_DATABASE_URL``, else ``$HERMES_HOME/state.db`` (at call time).

@@ -29,6 +29,8 @@ import importlib
 import threading
 from typing import Callable, Sequence
 
+from ..startup import collector_paused
+
 #: (module of this package, mixin class), in method-resolution order
 CONCERNS: tuple[tuple[str, str], ...] = (
     ("sessions", "SessionsMixin"),
@@ -88,7 +90,8 @@ class AssembledOnUse(type):
         with root._assembly_lock:
             if not root._later:  # another thread did it while this one waited
                 return True
-            mixins = load(root._later)
+            with collector_paused():  # as for the store's own import (startup.py)
+                mixins = load(root._later)
             own = tuple(b for b in root.__bases__ if b is not Assembled)
             bases = own + mixins + (Assembled,)
             if root._on_assembly is not None:
@@ -97,12 +100,13 @@ class AssembledOnUse(type):
                 root._on_assembly(root, mro)
             root.__bases__ = bases
             root._later = ()
-            # A class with __getattr__ routes every instance attribute access through
-            # a slower slot and loses the interpreter's attribute specialisation (the
-            # hot paths measured 5-10 % slower): once whole, the hook has no use.
-            for hook in ("__getattr__", "__dir__"):
-                if hook in Assembled.__dict__:
-                    delattr(Assembled, hook)
+            # A class with __getattr__ routes every attribute access through a slower
+            # slot and loses the interpreter's attribute specialisation (the hot paths
+            # measured 5-10 % slower): once the class is whole, no hook has a use.
+            for owner in (Assembled, AssembledOnUse):
+                for hook in ("__getattr__", "__dir__"):
+                    if hook in owner.__dict__:
+                        delattr(owner, hook)
         return True
 
     def __getattr__(cls, name: str):
