@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from . import backends
-from .driver import driver_execute
+from .driver import driver_execute, listeners_fixed, listeners_released
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +76,25 @@ def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
             yield conn
         return
     statement = begin_statement(conn)
-    if statement is not None:
-        driver_execute(conn, statement, ())
+    listeners_fixed(conn)
     try:
-        yield conn
-    except BaseException:
-        end_failed_transaction(conn)
-        raise
-    try:
-        if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
-            conn.commit()
-        elif statement is not None:
-            driver_execute(conn, "COMMIT", ())
-    except BaseException:
-        end_failed_transaction(conn)
-        raise
+        if statement is not None:
+            driver_execute(conn, statement, ())
+        try:
+            yield conn
+        except BaseException:
+            end_failed_transaction(conn)
+            raise
+        try:
+            if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
+                conn.commit()
+            elif statement is not None:
+                driver_execute(conn, "COMMIT", ())
+        except BaseException:
+            end_failed_transaction(conn)
+            raise
+    finally:
+        listeners_released(conn)
 
 
 def end_failed_transaction(conn: sa.Connection) -> None:

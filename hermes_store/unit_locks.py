@@ -38,6 +38,7 @@ why they are enough.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 #: kinds of names (part of each lock's key: a session and a title never share one)
@@ -94,7 +95,15 @@ def _names(kind: str, values: Iterable) -> list[tuple[str, str]]:
 
 def sessions(*session_ids) -> Locks:
     """The sessions ``session_ids`` (None and "" are skipped)."""
+    if len(session_ids) == 1 and type(session_ids[0]) is str:
+        return _one_session(session_ids[0])
     return Locks(exclusive=_names(SESSION, session_ids))
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_session(session_id: str) -> Locks:
+    # the common case (an append, a title, a token count): built once per session
+    return Locks(exclusive=_names(SESSION, (session_id,)))
 
 
 def title(text: str | None) -> Locks:

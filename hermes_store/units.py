@@ -24,6 +24,7 @@ from .connections import (
     transaction,
     writer,
 )
+from .errors import CommitOutcomeUnknownError, ServerUnreachableError, StoreBusyError
 from .unit_locks import STORE, HeldLocks, Locks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,8 +132,6 @@ class Outage:
     def error(self, exc: BaseException, where: object, backend: "Backend") -> BaseException:
         """What to raise once the budget is spent: the package's error (it names the
         database), saying how long it tried and which setting gives it longer."""
-        from .errors import ServerUnreachableError
-
         mapped = backend.translate_error(exc, where)
         if isinstance(mapped, ServerUnreachableError):
             return ServerUnreachableError(
@@ -206,8 +205,6 @@ class WriteUnits:
             return self._run(fn, locks)
 
     def _run(self, fn, locks: Locks):
-        from .errors import CommitOutcomeUnknownError, StoreBusyError
-
         policy, writers, backend, guard = self.policy, self._writers, self.backend, self.guard
         busy, outage = 0, None
         while True:
@@ -280,8 +277,6 @@ class WriteUnits:
                 why = "it was still being committed"
             if not outage.wait():
                 break
-        from .errors import CommitOutcomeUnknownError
-
         raise CommitOutcomeUnknownError(
             f"{self.label}: the connection was lost while the write was being committed "
             f"({getattr(doubt.lost, 'orig', doubt.lost)}), and whether the server stored it "

@@ -149,6 +149,29 @@ def test_the_core_fallback_answers_as_the_driver_path_does(db_target, other_targ
     assert seen and all(context is not None for context in seen)
 
 
+def test_cursor_listeners_added_or_removed_between_units_apply_to_the_next_unit(db):
+    # a transaction asks once whether anything listens (driver.listeners_fixed); the
+    # answer must never outlive it: the next unit sees a listener added or removed
+    seen = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append(statement.split()[0].upper())
+
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "before")
+    assert seen == []
+    sa.event.listen(db.engine, "before_cursor_execute", record)
+    db.append_message("s", "user", "watched")
+    if db.engine.dialect.name == "sqlite":  # its units BEGIN and COMMIT through the driver
+        assert seen[0] == "BEGIN" and seen[-1] == "COMMIT"
+    assert "INSERT" in seen and "UPDATE" in seen
+    sa.event.remove(db.engine, "before_cursor_execute", record)
+    seen.clear()
+    db.append_message("s", "user", "after")
+    assert seen == []
+    assert [m["content"] for m in db.get_messages("s")] == ["before", "watched", "after"]
+
+
 def test_prebuilt_statements_carry_numbers_in_their_sql_and_bind_text(db):
     # the driver path's compiled form: pysqlite's ``?`` or psycopg's ``%(name)s``
     m = schema.messages
