@@ -15,12 +15,10 @@ lifetime (SQLite: a checkout, reset and check-in per call cost more than a small
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import threading
 import weakref
-from typing import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -58,10 +56,10 @@ def begin_statement(conn: sa.Connection) -> str | None:
     return None if mode is None else f"BEGIN {mode}"
 
 
-@contextlib.contextmanager
-def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
+class transaction:
     """One transaction on a held connection: a write unit (``writer`` connections) or a
-    read snapshot (``reader``). Commits when the block ends, rolls back when it raises.
+    read snapshot (``reader``). ``with transaction(conn):`` commits when the block ends
+    and rolls back when it raises.
 
     Where the backend runs BEGIN and COMMIT through the driver (SQLite's pysqlite:
     SQLAlchemy's transaction bookkeeping and event dispatch around them cost more than
@@ -70,31 +68,52 @@ def transaction(conn: sa.Connection) -> Iterator[sa.Connection]:
     driver is already in one and emits nothing, and the transaction then ends through
     SQLAlchemy. Elsewhere ``conn.begin()`` (their statements may still take the driver
     door: the DBAPI connection is in SQLAlchemy's transaction).
+
+    A class rather than a generator: every write unit and snapshot passes through here,
+    and a generator-based context manager costs several extra Python calls each time.
     """
-    if not backends.of_dialect(conn.dialect).driver_transactions(conn.dialect):
-        with conn.begin():
-            yield conn
-        return
-    statement = begin_statement(conn)
-    listeners_fixed(conn)
-    try:
+
+    __slots__ = ("conn", "_core", "_statement")
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sa.Connection:
+        conn = self.conn
+        if not backends.of_dialect(conn.dialect).driver_transactions(conn.dialect):
+            self._core = core = conn.begin()
+            core.__enter__()
+            return conn
+        self._core = None
+        self._statement = statement = begin_statement(conn)
+        listeners_fixed(conn)
         if statement is not None:
-            driver_execute(conn, statement, ())
+            try:
+                driver_execute(conn, statement, ())
+            except BaseException:
+                listeners_released(conn)
+                raise
+        return conn
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        conn, core = self.conn, self._core
+        if core is not None:
+            return core.__exit__(exc_type, exc, tb)
         try:
-            yield conn
-        except BaseException:
-            end_failed_transaction(conn)
-            raise
-        try:
-            if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
-                conn.commit()
-            elif statement is not None:
-                driver_execute(conn, "COMMIT", ())
-        except BaseException:
-            end_failed_transaction(conn)
-            raise
-    finally:
-        listeners_released(conn)
+            if exc_type is not None:
+                end_failed_transaction(conn)
+                return False
+            try:
+                if conn.in_transaction():  # a Core statement joined: SQLAlchemy ends it
+                    conn.commit()
+                elif self._statement is not None:
+                    driver_execute(conn, "COMMIT", ())
+            except BaseException:
+                end_failed_transaction(conn)
+                raise
+        finally:
+            listeners_released(conn)
+        return False
 
 
 def end_failed_transaction(conn: sa.Connection) -> None:

@@ -46,6 +46,20 @@ def _scrub_argument(value):
     return scrub_surrogates(value)
 
 
+#: argument types that cannot hold text (nothing to scrub)
+_NOT_TEXT = frozenset((type(None), bool, int, float))
+
+
+def _needs_scrubbing(values) -> bool:
+    # Most arguments are None, numbers or ASCII text, which cannot hold a lone
+    # surrogate; only a call with another value pays for a rebuilt argument list.
+    for value in values:
+        if type(value) in _NOT_TEXT or (type(value) is str and value.isascii()):
+            continue
+        return True
+    return False
+
+
 def _guarded(method):
     """The API boundary of every public method:
 
@@ -62,9 +76,9 @@ def _guarded(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         self._require_open()
-        if args:
+        if args and _needs_scrubbing(args):
             args = tuple(map(_scrub_argument, args))
-        if kwargs:
+        if kwargs and _needs_scrubbing(kwargs.values()):
             kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
         units = self._units
         wrote = units.commits_on_this_thread() if units is not None else 0
