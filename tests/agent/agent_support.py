@@ -79,6 +79,9 @@ class FakeEnv:
 
     def run(self, code: str, env: dict | None = None) -> subprocess.CompletedProcess:
         full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HERMES_STORE_AGENT_HOOK")}
+        # the probe itself leaves no bytecode in the environment, whatever the caller's
+        # setting: the tests compare the environment's files before and after a switch
+        full["PYTHONDONTWRITEBYTECODE"] = "1"
         return subprocess.run([str(self.python), "-c", code], capture_output=True, text=True,
                               env={**full, **(env or {})}, cwd="/", timeout=120)
 

@@ -90,8 +90,8 @@ def test_another_server_history_cannot_tell_so_the_outcome_stays_unknown(proxy, 
         runs = 0
 
         def as_if_on_the_old_primary(conn):  # the unit's BEGIN: before its first statement
-            system, _timeline = conn.connection.info[IDENTITY]
-            conn.connection.info[IDENTITY] = (system, "00000000")
+            system, _timeline, started = conn.connection.info[IDENTITY]
+            conn.connection.info[IDENTITY] = (system, "00000000", started)
 
         def unit(conn):
             nonlocal runs
@@ -109,15 +109,17 @@ def test_another_server_history_cannot_tell_so_the_outcome_stays_unknown(proxy, 
 def test_the_server_history_is_recorded_at_connect(pg_url, pg_server):
     """What a ticket is compared with: the cluster's system identifier and timeline, as
     the server itself reports them (pg_controldata's identifier, timeline 1 for a
-    server that never failed over)."""
+    server that never failed over), and when the server last started."""
     from hermes_store.backends.postgresql.outcome import IDENTITY
 
     with SessionDB(pg_url) as db:
         with db.engine.connect() as conn:
-            system, timeline = conn.connection.info[IDENTITY]
+            system, timeline, started = conn.connection.info[IDENTITY]
     with pg_server.connect("postgres") as conn:
-        (expected,), = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchall()
-    assert (system, timeline) == (expected, "00000001")
+        (expected, expected_start), = conn.execute(
+            "SELECT system_identifier, pg_postmaster_start_time() FROM pg_control_system()"
+        ).fetchall()
+    assert (system, timeline, started) == (expected, "00000001", expected_start)
 
 
 def test_an_id_the_restarted_server_never_reached_was_never_committed(pg_url):
@@ -138,5 +140,55 @@ def test_an_id_the_restarted_server_never_reached_was_never_committed(pg_url):
             conn.rollback()
         assert commit_outcome(db.engine, CommitTicket(committed, identity)) == COMMITTED
         assert commit_outcome(db.engine, CommitTicket(upcoming, identity)) == ABORTED
-        other = (identity[0], "00000000")  # the same id on another history: no answer
+        other = (identity[0], "00000000", identity[2])  # another history: no answer
         assert commit_outcome(db.engine, CommitTicket(upcoming, other)) is None
+
+
+def _hand_out_ids_up_to(pg_server, database: str, xid: int) -> None:
+    """Commit transactions of their own until the server has handed out ``xid``."""
+    with pg_server.connect(database) as conn:
+        while conn.execute("SELECT txid_current()").fetchone()[0] < xid:
+            pass
+
+
+def test_an_id_a_crash_handed_out_again_is_not_taken_for_the_units_commit(pg_url, pg_server):
+    """A crash restarts the id counter from the log: the id of a transaction that never
+    reached it is handed out again, and ``txid_status`` then answers for the new holder
+    (seen in tests/reliability/test_rel_server_restart.py, restart-immediate: a token
+    update reported committed that was never stored). The restart's own checkpoint says
+    where the log ended: the unit's id is at or past it, so it never committed."""
+    from hermes_store.backends.postgresql.outcome import IDENTITY, CommitTicket, commit_outcome
+    from hermes_store.units import ABORTED
+
+    database = sa.engine.make_url(pg_url).database
+    with SessionDB(pg_url) as db:
+        with db.engine.connect() as conn:
+            identity = conn.connection.info[IDENTITY]
+            # the unit's first statement: an id, nothing of the transaction logged yet
+            lost = conn.exec_driver_sql("SELECT txid_current()").scalar()
+            pg_server.restart("immediate")
+            conn.invalidate()
+        _hand_out_ids_up_to(pg_server, database, lost)
+        with pg_server.connect(database) as check:
+            status = check.execute(f"SELECT txid_status({lost})").fetchone()[0]
+        assert status == "committed"  # the id's new holder: what the store must not believe
+        assert commit_outcome(db.engine, CommitTicket(lost, identity)) == ABORTED
+
+
+def test_after_a_clean_restart_the_units_own_status_stands(pg_url, pg_server):
+    """A clean restart (``-m fast``) logs every id it handed out: a committed unit is
+    still said committed across it. Once a checkpoint of its own has replaced the
+    restart's, where the restart's log ended is not known any more: no guess."""
+    from hermes_store.backends.postgresql.outcome import IDENTITY, CommitTicket, commit_outcome
+    from hermes_store.units import COMMITTED
+
+    with SessionDB(pg_url) as db:
+        with db.engine.connect() as conn:
+            identity = conn.connection.info[IDENTITY]
+            committed = conn.exec_driver_sql("SELECT txid_current()").scalar()
+            conn.commit()
+        pg_server.restart("fast")
+        assert commit_outcome(db.engine, CommitTicket(committed, identity)) == COMMITTED
+        with pg_server.connect("postgres") as admin:
+            admin.execute("CHECKPOINT")
+        assert commit_outcome(db.engine, CommitTicket(committed, identity)) is None

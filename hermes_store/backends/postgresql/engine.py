@@ -191,11 +191,11 @@ def _introduce(dbapi_conn) -> tuple[bool, tuple | None]:
             row = dbapi_conn.execute(f"SELECT pg_backend_pid(), {IDENTITY_COLUMNS}",
                                      prepare=False).fetchone()
         except psycopg.errors.InsufficientPrivilege:  # the history stays unknown
-            row = dbapi_conn.execute("SELECT pg_backend_pid(), NULL, NULL",
+            row = dbapi_conn.execute("SELECT pg_backend_pid(), NULL, NULL, NULL",
                                      prepare=False).fetchone()
     finally:
         dbapi_conn.autocommit = autocommit_was
-    identity = None if None in row[1:] else (int(row[1]), row[2])
+    identity = None if None in row[1:] else (int(row[1]), row[2], row[3])
     return row[0] != announced, identity
 
 

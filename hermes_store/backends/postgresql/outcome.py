@@ -17,6 +17,16 @@ unit runner asks instead:
 Only on the same history: another cluster (a restore), or another timeline (a standby
 promoted by a failover: it may never have received the commit, and may since have given
 the id to a transaction of its own) cannot tell, and the outcome stays unknown.
+
+A restart on the same history needs one more look. A crash (``pg_ctl restart -m
+immediate``, a killed server) restarts the id counter from what reached the log: an id
+handed out whose transaction never got there is handed out again, and ``txid_status``
+then reports the new holder's fate (seen: a unit reported committed that was never
+stored). So when the server started after the unit's connection did, the restart's own
+checkpoint tells where the recovered log ended (``pg_control_checkpoint()``'s
+``next_xid``): an id at or past it never committed (aborted, re-run); below it
+``txid_status`` is the unit's; and once a later checkpoint has replaced the restart's
+own, where the log ended is no longer known and the outcome stays unknown.
 """
 
 from __future__ import annotations
@@ -32,13 +42,23 @@ from ...units import ABORTED, COMMITTED, IN_PROGRESS
 #: key of a connection record's ``info``: the server history the connection reached
 IDENTITY = "hermes_store.server_identity"
 
-#: the cluster (system identifier) and its timeline (the first 8 hex digits of the WAL
-#: file being written); a standby has no timeline of its own to write (NULL)
+#: the cluster (system identifier), its timeline (the first 8 hex digits of the WAL
+#: file being written; a standby has no timeline of its own to write: NULL) and when the
+#: server last started (a restart in between may have handed the unit's id out again)
 IDENTITY_COLUMNS = (
     "(SELECT system_identifier FROM pg_control_system()), "
     "CASE WHEN pg_is_in_recovery() THEN NULL "
-    "ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END"
+    "ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END, "
+    "pg_postmaster_start_time()"
 )
+
+#: where the log the server last started from ended: the id counter of its latest
+#: checkpoint, and whether that checkpoint is a restart's own. A shutdown or
+#: end-of-recovery checkpoint records no oldest running transaction (0); an online one
+#: does, except at ``wal_level=minimal``, where the two cannot be told apart
+_RESTART_POINT = ("SELECT next_xid, oldest_active_xid::text = '0' "
+                  "AND current_setting('wal_level') <> 'minimal' "
+                  "FROM pg_control_checkpoint()")
 
 @dataclass(frozen=True)
 class CommitTicket:
@@ -60,9 +80,14 @@ def commit_outcome(engine: Engine, ticket: CommitTicket) -> str | None:
     if ticket.identity is None:
         return None
     with autocommit(engine).connect() as conn:
-        system, timeline = conn.exec_driver_sql(f"SELECT {IDENTITY_COLUMNS}").one()
-        if system is None or timeline is None or (int(system), timeline) != ticket.identity:
+        system, timeline, started = conn.exec_driver_sql(f"SELECT {IDENTITY_COLUMNS}").one()
+        history, started_then = ticket.identity[:2], ticket.identity[2]
+        if system is None or timeline is None or (int(system), timeline) != history:
             return None
+        if started != started_then:  # the server restarted while the unit was under way
+            logged = _logged_before_restart(conn, ticket.xid)
+            if logged is not True:
+                return None if logged is None else ABORTED
         try:
             status = conn.exec_driver_sql("SELECT txid_status(%(xid)s::bigint)",
                                           {"xid": ticket.xid}).scalar()
@@ -76,6 +101,24 @@ def commit_outcome(engine: Engine, ticket: CommitTicket) -> str | None:
                 return ABORTED
             return None
     return status if status in (COMMITTED, ABORTED, IN_PROGRESS) else None
+
+
+def _logged_before_restart(conn: sa.Connection, xid: int) -> bool | None:
+    """Whether the id ``xid`` reached the log the server restarted from: True (its
+    ``txid_status`` is its own), False (its transaction never committed; the id may have
+    been handed out again), None (cannot be told: a checkpoint since the restart, or no
+    right to read the control file). An id past the latest checkpoint's counter is past
+    the restart's too, whichever checkpoint that is."""
+    try:
+        next_xid, restart_own = conn.exec_driver_sql(_RESTART_POINT).one()
+    except sa.exc.DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise
+        return None  # e.g. a role not allowed to read pg_control_checkpoint()
+    epoch, _, low = str(next_xid).partition(":")
+    if xid >= (int(epoch) << 32) + int(low):
+        return False
+    return True if restart_own else None
 
 
 def _in_the_future(exc: sa.exc.DBAPIError) -> bool:
