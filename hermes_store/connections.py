@@ -53,7 +53,14 @@ def begin_statement(conn: sa.Connection) -> str | None:
     execution option (None: none at all). The one place that picks the mode, for the
     begin hooks and for :func:`transaction` alike."""
     mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-    return None if mode is None else f"BEGIN {mode}"
+    statement = _BEGIN.get(mode)
+    if statement is None:
+        return None if mode is None else f"BEGIN {mode}"
+    return statement
+
+
+#: the BEGIN of each mode, spelled once (every unit and snapshot asks)
+_BEGIN = {"IMMEDIATE": "BEGIN IMMEDIATE", "DEFERRED": "BEGIN DEFERRED"}
 
 
 class transaction:
@@ -73,14 +80,17 @@ class transaction:
     and a generator-based context manager costs several extra Python calls each time.
     """
 
-    __slots__ = ("conn", "_core", "_statement")
+    __slots__ = ("conn", "_driver", "_core", "_statement")
 
-    def __init__(self, conn: sa.Connection) -> None:
-        self.conn = conn
+    def __init__(self, conn: sa.Connection, *, driver: bool | None = None) -> None:
+        #: ``driver``: the caller already asked ``Backend.driver_transactions``
+        self.conn, self._driver = conn, driver
 
     def __enter__(self) -> sa.Connection:
-        conn = self.conn
-        if not backends.of_dialect(conn.dialect).driver_transactions(conn.dialect):
+        conn, driver = self.conn, self._driver
+        if driver is None:
+            driver = backends.of_dialect(conn.dialect).driver_transactions(conn.dialect)
+        if not driver:
             self._core = core = conn.begin()
             core.__enter__()
             return conn

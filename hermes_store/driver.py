@@ -55,7 +55,7 @@ def listeners_fixed(conn: sa.Connection) -> None:
 
 
 def listeners_released(conn: sa.Connection) -> None:
-    conn.__dict__.pop(_LISTENED, None)
+    conn.__dict__[_LISTENED] = None  # None: ask again, statement by statement
 
 
 def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False):

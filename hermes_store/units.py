@@ -293,7 +293,7 @@ class WriteUnits:
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""
         local, backend = self._local, self.backend
         if backend.driver_transactions(conn.dialect):
-            with transaction(conn):  # BEGIN IMMEDIATE: a writer connection
+            with transaction(conn, driver=True):  # BEGIN IMMEDIATE: a writer connection
                 local.conn = conn
                 try:
                     return fn(conn)
