@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import json
 import sys
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+# Rich is imported where it draws, not here: a ``--json`` run prints one document and
+# never needs it (its console, tables and progress bars cost ~35 ms of start-up).
 
 # Exit codes (documented in docs/operations.md and `hermes-store --help`).
 EXIT_OK = 0
@@ -40,13 +34,24 @@ EXIT_CANCELLED = 7  # the user answered "no" at a confirmation prompt
 EXIT_ERROR = 8  # any other hermes_store error (permissions, disk full, ...)
 
 
-def stdout_console() -> Console:
+def stdout_console() -> "Console":
     # Created per call: the CLI runner (and tests) swap sys.stdout between invocations.
+    from rich.console import Console
+
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, emoji=False)
 
 
-def stderr_console() -> Console:
+def stderr_console() -> "Console":
+    from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False, soft_wrap=False, emoji=False)
+
+
+def escape(text: str) -> str:
+    """Text with rich markup ([brackets]) escaped."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class Output:
@@ -54,8 +59,14 @@ class Output:
 
     def __init__(self, json_mode: bool) -> None:
         self.json_mode = json_mode
-        self.console = stdout_console()
-        self.err = stderr_console()
+
+    @functools.cached_property
+    def console(self) -> "Console":
+        return stdout_console()
+
+    @functools.cached_property
+    def err(self) -> "Console":
+        return stderr_console()
 
     # -- data
 
@@ -89,6 +100,10 @@ class Output:
         ``min_width``, ``flex`` (this column gives up width so the table fits the
         terminal; others keep their natural width) and ``overflow`` ("ellipsis",
         "fold")."""
+        from rich import box
+        from rich.cells import cell_len
+        from rich.table import Table
+
         cells = [[_cell(v) for v in row] for row in rows]
         widths = []
         for i, spec in enumerate(columns):
@@ -119,6 +134,8 @@ class Output:
 
     def pairs(self, items: list[tuple[str, Any]]) -> None:
         """A key/value block (metadata of one object)."""
+        from rich.table import Table
+
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
@@ -132,6 +149,14 @@ class Output:
         if self.json_mode or not self.err.is_terminal:
             yield lambda done, **kw: None
             return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -6,10 +6,9 @@ import re
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from .common import JsonOption, open_store, out, state
-from .output import one_line, when
+from .output import escape, one_line, when
 
 #: snippet markers the repository puts around matched terms
 _HIT = re.compile(r">>>(.*?)<<<", re.S)

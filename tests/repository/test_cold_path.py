@@ -1,6 +1,7 @@
 """What a SQLite process loads (issue 19): never SQLAlchemy's PostgreSQL dialect (nor
 psycopg, nor our PostgreSQL backend), and no Alembic once a file is at head — through
-the library and through the CLI, from a new file on."""
+the library and through the CLI, from a new file on; and no rich where the CLI prints
+JSON."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ def test_the_cli_on_a_sqlite_store_never_loads_the_postgresql_dialect(tmp_path):
     imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", run.stderr, re.M)
     assert "hermes_store.store" in imported  # the parse saw the imports
     assert _loaded(imported) == {}
+    # one JSON document to print: nothing of rich (its console alone is ~20 ms)
+    assert [name for name in imported if name == "rich" or name.startswith("rich.")] == []
 
 
 def test_opening_a_file_at_head_defines_no_dataclass_and_skips_the_repair_module(tmp_path):
