@@ -67,9 +67,6 @@ class _Column:
             self.tokens = [t.lower() for t in pieces[1::2]]
         self.offsets = [0, *itertools.accumulate(map(len, pieces))]
 
-    def span(self, position: int) -> tuple[int, int]:
-        return self.offsets[2 * position + 1], self.offsets[2 * position + 2]
-
     def sentences(self) -> list[int]:
         """Token positions that start a sentence: the first, and any right after
         ``.``/``:`` and blank space."""
@@ -212,25 +209,33 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
     last = start + width - 1
     runs = [r for r in _coalesced(instances) if r[0] >= start]
     out = [ellipsis] if start > 0 else []
-    offset = 0
-    run = 0
-    for position in range(start, min(last, size - 1) + 1):
-        begin, end = column.span(position)
-        if position == start and start:
-            offset = begin
-        current = runs[run] if run < len(runs) else None
-        if current and position == current[0]:
-            out += [text[offset:begin], open_mark]
-            offset = begin
-        if current and position == current[1]:
+    # Only the window's ends and the marked runs' ends cut the text: jump between them
+    # (token i spans offsets[2i + 1]:offsets[2i + 2]).
+    offsets = column.offsets
+    stop = min(last, size - 1)  # the window's last token inside the column
+    offset = offsets[2 * start + 1] if start else 0
+    closed_at_last = False
+    for first, final in runs:
+        if first > stop:
+            break
+        begin = offsets[2 * first + 1]
+        out += [text[offset:begin], open_mark]
+        offset = begin
+        if final <= stop:
+            end = offsets[2 * final + 2]
             out += [text[offset:end], close_mark]
             offset = end
-            run += 1
-        if position == last:
-            out.append(text[offset:end])
+            continue
+        if stop == last:  # the run goes on past the window: closed at its end
+            end = offsets[2 * last + 2]
+            out += [text[offset:end], close_mark]
             offset = end
-            if current and current[0] <= position < current[1]:
-                out.append(close_mark)
+            closed_at_last = True
+        break
+    if stop == last and not closed_at_last:
+        end = offsets[2 * last + 2]
+        out.append(text[offset:end])
+        offset = end
     if last >= size - 1:
         out.append(text[offset:])
     else:

@@ -41,6 +41,7 @@ and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Pyth
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -150,9 +151,11 @@ def tsquery_text(sanitized: str) -> str | None:
     return " | ".join(parts) if parts else None
 
 
-def snippet_query(sanitized: str) -> tuple[list[Phrase], list[list[tuple[int, bool]]]]:
+@functools.lru_cache(maxsize=256)
+def snippet_query(sanitized: str) -> tuple[tuple[Phrase, ...], tuple[tuple[tuple[int, bool], ...], ...]]:
     """The query as ``fts.snippet`` takes it: every phrase (lower-cased, in the order
-    the expression names them) and the OR-operands as (phrase number, negated)."""
+    the expression names them) and the OR-operands as (phrase number, negated).
+    Kept per expression (immutable): every hit of a search needs it again."""
     phrases: list[Phrase] = []
     operands = []
     for operand in _operands(sanitized):
@@ -160,8 +163,8 @@ def snippet_query(sanitized: str) -> tuple[list[Phrase], list[list[tuple[int, bo
         for negated, phrase in operand.terms:
             numbered.append((len(phrases), negated))
             phrases.append(Phrase(tuple(w.lower() for w in phrase.words), phrase.prefix))
-        operands.append(numbered)
-    return phrases, operands
+        operands.append(tuple(numbered))
+    return tuple(phrases), tuple(operands)
 
 
 def word_snippet(expression: str, row: dict) -> str:
