@@ -53,14 +53,7 @@ def begin_statement(conn: sa.Connection) -> str | None:
     execution option (None: none at all). The one place that picks the mode, for the
     begin hooks and for :func:`transaction` alike."""
     mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-    statement = _BEGIN.get(mode)
-    if statement is None:
-        return None if mode is None else f"BEGIN {mode}"
-    return statement
-
-
-#: the BEGIN of each mode, spelled once (every unit and snapshot asks)
-_BEGIN = {"IMMEDIATE": "BEGIN IMMEDIATE", "DEFERRED": "BEGIN DEFERRED"}
+    return None if mode is None else f"BEGIN {mode}"
 
 
 class transaction:

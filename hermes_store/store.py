@@ -28,7 +28,7 @@ from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
 from .repository.base import ReadInterrupted, ThreadSnapshot
 from .repository.concerns import CONCERNS, EAGER, Assembled, AssembledOnUse, load
-from .repository.values import scrub_surrogates
+from .repository.values import need_no_scrubbing, scrub_surrogates
 from .units import Outage, RetryPolicy, WriteUnits
 
 #: the upstream schema version a head file carries
@@ -44,20 +44,6 @@ def _scrub_argument(value):
     if type(value) in _SCRUBBED_CONTAINERS:
         return type(value)(scrub_surrogates(v) for v in value)
     return scrub_surrogates(value)
-
-
-#: argument types that cannot hold text (nothing to scrub)
-_NOT_TEXT = frozenset((type(None), bool, int, float))
-
-
-def _needs_scrubbing(values) -> bool:
-    # Most arguments are None, numbers or ASCII text, which cannot hold a lone
-    # surrogate; only a call with another value pays for a rebuilt argument list.
-    for value in values:
-        if type(value) in _NOT_TEXT or (type(value) is str and value.isascii()):
-            continue
-        return True
-    return False
 
 
 def _guarded(method):
@@ -76,9 +62,10 @@ def _guarded(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         self._require_open()
-        if args and _needs_scrubbing(args):
+        # most calls carry only None, numbers and ASCII text: nothing is rebuilt then
+        if args and not need_no_scrubbing(args):
             args = tuple(map(_scrub_argument, args))
-        if kwargs and _needs_scrubbing(kwargs.values()):
+        if kwargs and not need_no_scrubbing(kwargs.values()):
             kwargs = {k: _scrub_argument(v) for k, v in kwargs.items()}
         units = self._units
         wrote = units.commits_on_this_thread() if units is not None else 0

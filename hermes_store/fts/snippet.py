@@ -214,7 +214,6 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
     offsets = column.offsets
     stop = min(last, size - 1)  # the window's last token inside the column
     offset = offsets[2 * start + 1] if start else 0
-    closed_at_last = False
     for first, final in runs:
         if first > stop:
             break
@@ -230,9 +229,8 @@ def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
             end = offsets[2 * last + 2]
             out += [text[offset:end], close_mark]
             offset = end
-            closed_at_last = True
         break
-    if stop == last and not closed_at_last:
+    if stop == last:  # (after a run closed at the window's end this adds nothing)
         end = offsets[2 * last + 2]
         out.append(text[offset:end])
         offset = end

@@ -21,6 +21,20 @@ def scrub_surrogates(value: Any) -> Any:
     return value
 
 
+#: value types that cannot hold text
+_NOT_TEXT = frozenset((type(None), bool, int, float))
+
+
+def need_no_scrubbing(values) -> bool:
+    """Whether ``scrub_surrogates`` would leave every value as it is, told without
+    calling it: None, numbers and ASCII text cannot hold a lone surrogate."""
+    for value in values:
+        if type(value) in _NOT_TEXT or (type(value) is str and value.isascii()):
+            continue
+        return False
+    return True
+
+
 def prompt_hash(prompt: str) -> str:
     """Key of a system prompt in ``system_prompts`` (sha256 of its UTF-8 text, as upstream)."""
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()

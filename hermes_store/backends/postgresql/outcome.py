@@ -81,13 +81,16 @@ def commit_outcome(engine: Engine, ticket: CommitTicket) -> str | None:
         return None
     with autocommit(engine).connect() as conn:
         system, timeline, started = conn.exec_driver_sql(f"SELECT {IDENTITY_COLUMNS}").one()
-        history, started_then = ticket.identity[:2], ticket.identity[2]
-        if system is None or timeline is None or (int(system), timeline) != history:
+        system_then, timeline_then, started_then = ticket.identity
+        if system is None or timeline is None or (int(system), timeline) != (
+                system_then, timeline_then):
             return None
         if started != started_then:  # the server restarted while the unit was under way
             logged = _logged_before_restart(conn, ticket.xid)
-            if logged is not True:
-                return None if logged is None else ABORTED
+            if logged is False:
+                return ABORTED
+            if logged is None:
+                return None
         try:
             status = conn.exec_driver_sql("SELECT txid_status(%(xid)s::bigint)",
                                           {"xid": ticket.xid}).scalar()

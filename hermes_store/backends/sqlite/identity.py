@@ -68,16 +68,15 @@ class FileWatch:
     """The identity of one database file, recorded when created (at the store's open).
 
     ``check()`` costs one ``stat`` (about two microseconds; ten to twenty when SQLite's
-    work has just pushed the kernel's path lookup out of the CPU's caches). With ``set_aside=True`` (a
-    writable store) the first ``check()`` that finds the file replaced also moves the
+    work has just pushed the kernel's path lookup out of the CPU's caches). With
+    ``set_aside=True`` (a writable store) the first ``check()`` that finds the file replaced also moves the
     old file's log out of the new file's way (``set_aside_sidecars``).
     """
 
-    __slots__ = ("path", "identity", "_set_aside", "moved", "_path_text")
+    __slots__ = ("path", "identity", "_set_aside", "moved")
 
     def __init__(self, path: str | os.PathLike, *, set_aside: bool = False) -> None:
         self.path = Path(path)
-        self._path_text = str(self.path)  # what stat takes without a conversion per unit
         #: None: nothing to compare with (the check then always passes)
         self.identity = FileIdentity.of(self.path)
         self._set_aside = set_aside
@@ -90,7 +89,7 @@ class FileWatch:
         if recorded is None:
             return None
         try:
-            st = os.stat(self._path_text)
+            st = os.stat(self.path)
         except FileNotFoundError:
             return "no file is at that path any more: it was moved away or deleted"
         except OSError:
