@@ -55,20 +55,28 @@ class Phrase:
     prefix: bool = False
 
 
+def spaced_ascii(text: str) -> str:
+    """ASCII ``text`` with its tokens lower-cased and every other character a space."""
+    return text.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
+
+
 class _Column:
     """One column's text split into tokens (``tokens``, lower-cased), with each token's
     place in the text (``start_of``/``end_of``) and the sentence starts."""
 
     __slots__ = ("text", "tokens", "_spaced", "_offsets")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, spaced: str | None = None) -> None:
+        """``spaced``: an ASCII ``text``'s :func:`spaced` form, where the caller has it."""
         self.text = text
         self._offsets = None
-        if text.isascii():
+        if spaced is None and text.isascii():
+            spaced = spaced_ascii(text)
+        if spaced is not None:
             # A snippet needs the places of a handful of tokens (the window's ends, the
             # marked runs), found in ``_spaced`` when asked.
-            self._spaced = text.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
-            self.tokens = self._spaced.split()
+            self._spaced = spaced
+            self.tokens = spaced.split()
         else:
             self._spaced = None
             pieces = _SPLIT.split(text)
@@ -83,11 +91,43 @@ class _Column:
         spaced = self._spaced  # the remainder after i tokens starts with token i
         return len(spaced) - len(spaced.split(None, i)[i]) if i else len(spaced) - len(spaced.lstrip())
 
-    def end_of(self, i: int) -> int:
-        """The offset just past token ``i``."""
+    def end_of(self, i: int, *, known: tuple[int, int] | None = None) -> int:
+        """The offset just past token ``i``; ``known``: (j, offset of token j) for a
+        token j ≤ i, to walk from there rather than from the start."""
         if self._offsets is not None:
             return self._offsets[2 * i + 2]
-        return self.start_of(i) + len(self.tokens[i])
+        if known is None:
+            return self.start_of(i) + len(self.tokens[i])
+        j, at = known
+        tokens, spaced = self.tokens, self._spaced
+        while j < i:  # only spaces lie between two tokens: the next one is found first
+            at = spaced.find(tokens[j + 1], at + len(tokens[j]))
+            j += 1
+        return at + len(tokens[i])
+
+    def positions(self, word: str, prefix: bool) -> list[int]:
+        """The positions of the tokens equal to ``word`` (``prefix``: starting with it)."""
+        tokens = self.tokens
+        if not prefix:
+            found, at, index = [], -1, tokens.index
+            for _ in range(tokens.count(word)):  # count and index: the scans run in C
+                at = index(word, at + 1)
+                found.append(at)
+            return found
+        spaced = self._spaced
+        if spaced is None or not word.isalnum():  # (a word a token cannot hold: none)
+            return [i for i, t in enumerate(tokens) if t.startswith(word)]
+        # ASCII: find the word where a token starts; its position is the number of
+        # tokens before it, counted from the previous one found (str.find, str.split: C)
+        found, count, previous = [], 0, 0
+        at = spaced.find(word)
+        while at >= 0:
+            if at == 0 or spaced[at - 1] == " ":
+                count += len(spaced[previous:at].split())
+                previous = at
+                found.append(count)
+            at = spaced.find(word, at + 1)
+        return found
 
     def sentences(self) -> list[int]:
         """Token positions that start a sentence: the first, and any right after
@@ -112,31 +152,20 @@ class _Column:
         return found
 
 
-def _positions(tokens: list[str], word: str, prefix: bool) -> list[int]:
-    if prefix:
-        return [i for i, t in enumerate(tokens) if t.startswith(word)]
-    found, at, index = [], -1, tokens.index
-    try:
-        while True:  # list.index: the scan runs in C
-            at = index(word, at + 1)
-            found.append(at)
-    except ValueError:
-        return found
-
-
-def _instances(tokens: list[str], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
+def _instances(column: _Column, phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
     """(position, phrase number, length) of every phrase instance, by position."""
     found = []
+    tokens = column.tokens
     n = len(tokens)
     for number, phrase in enumerate(phrases):
         words, size = phrase.words, len(phrase.words)
         if not size:
             continue
         if size == 1:
-            found += [(at, number, 1) for at in _positions(tokens, words[0], phrase.prefix)]
+            found += [(at, number, 1) for at in column.positions(words[0], phrase.prefix)]
             continue
         middle, last = list(words[1:-1]), words[-1]
-        for at in _positions(tokens, words[0], False):
+        for at in column.positions(words[0], False):
             if at + size > n:
                 break
             end = tokens[at + size - 1]
@@ -166,111 +195,162 @@ def _score(instances, phrases: int, start: int, width: int, size: int):
     return score, max(centred, 0)
 
 
-def _coalesced(instances) -> list[tuple[int, int]]:
-    """Instances as (first, last) token runs, overlapping ones merged."""
-    runs: list[list[int]] = []
+def _coalesced(instances, start: int) -> list[tuple[int, int]]:
+    """Instances as (first, last) token runs, overlapping ones merged: those that begin
+    at token ``start`` or later (a run begun before the window is not marked)."""
+    runs: list[tuple[int, int]] = []
     for at, _, length in instances:
         end = at + length - 1
         if runs and at <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], end)
+            if end > runs[-1][1]:
+                runs[-1] = (runs[-1][0], end)
         else:
-            runs.append([at, end])
-    return [tuple(r) for r in runs]
+            runs.append((at, end))
+    return [run for run in runs if run[0] >= start] if start else runs
 
 
-def _matched(parsed, phrases: int, operands) -> set[int]:
-    """The phrases FTS5 reports instances of: those of the OR-operands the row satisfies
-    (every positive phrase found in some column, no negated one); the phrases of an
-    operand that fails are not marked, even where they occur."""
-    found = {number for _, instances in parsed for _, number, _ in instances}
-    if operands is None:
-        return set(range(phrases))
-    kept: set[int] = set()
-    for operand in operands:
-        if all((number in found) != negated for number, negated in operand):
-            kept.update(number for number, negated in operand if not negated)
-    return kept
+class SnippetQuery:
+    """A query's phrases prepared once for the snippets of many rows (a search page).
 
+    ``phrases`` are numbered in the order the query names them. ``operands``: the
+    query's OR-operands, each a sequence of (phrase number, negated); a phrase is marked
+    where its operand holds for the row. None: every phrase is marked (a query of
+    positive phrases joined by OR)."""
 
-def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
-            operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
-            width: int = SNIPPET_TOKENS, open_mark: str = SNIPPET_OPEN,
-            close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> str:
-    """The snippet of the row whose indexed ``columns`` are given (None: empty), for a
-    query made of ``phrases``, numbered in the order the query names them.
+    __slots__ = ("phrases", "operands", "width", "open_mark", "close_mark", "ellipsis",
+                 "_firsts", "_required")
 
-    ``operands``: the query's OR-operands, each a list of (phrase number, negated); a
-    phrase is marked where its operand holds for the row. None: every phrase is marked
-    (a query of positive phrases joined by OR)."""
-    texts = [text if isinstance(text, str) else "" for text in columns]
-    if not texts:
-        return ""
-    parsed: list[tuple[_Column | None, list]] = []
-    firsts = [phrase.words[0] for phrase in phrases if phrase.words]
-    for text in texts:
-        if not text or (text.isascii() and not any(w in text.lower() for w in firsts)):
-            parsed.append((None, []))  # no instance can be there
-            continue
-        column = _Column(text)
-        parsed.append((column, _instances(column.tokens, phrases)))
-    kept = _matched(parsed, len(phrases), operands)
-    if len(kept) < len(phrases):
-        parsed = [(column, [i for i in instances if i[1] in kept])
-                  for column, instances in parsed]
-    best = (0, 0, 0)  # (score, column, start)
-    for number, (column, instances) in enumerate(parsed):
-        if column is None:
-            continue
-        size = len(column.tokens)
-        starts = column.sentences() if instances and size > width else []
-        for at, _, _ in instances:
-            score, start = _score(instances, len(phrases), at, width, size)
-            if score > best[0]:
-                best = (score, number, start)
-            if starts:
+    def __init__(self, phrases: Sequence[Phrase],
+                 operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
+                 width: int = SNIPPET_TOKENS, open_mark: str = SNIPPET_OPEN,
+                 close_mark: str = SNIPPET_CLOSE, ellipsis: str = SNIPPET_ELLIPSIS) -> None:
+        self.phrases = tuple(phrases)
+        self.operands = None if operands is None else tuple(tuple(o) for o in operands)
+        self.width, self.open_mark, self.close_mark, self.ellipsis = (
+            width, open_mark, close_mark, ellipsis)
+        # a column holding none of these (as text) holds no instance
+        self._firsts = tuple(dict.fromkeys(p.words[0] for p in self.phrases if p.words))
+        # one operand naming every phrase, none negated (an AND query): all marked, or none
+        self._required = None
+        if self.operands is not None and len(self.operands) == 1 and not any(
+                negated for _, negated in self.operands[0]):
+            numbers = frozenset(number for number, _ in self.operands[0])
+            if numbers == frozenset(range(len(self.phrases))):
+                self._required = numbers
+
+    def _kept(self, parsed) -> set[int] | None:
+        """The phrases FTS5 reports instances of (None: all): those of the OR-operands
+        the row satisfies (every positive phrase found in some column, no negated one);
+        the phrases of an operand that fails are not marked, even where they occur."""
+        if self.operands is None:
+            return None
+        found = {number for _, instances in parsed for _, number, _ in instances}
+        if self._required is not None:
+            return None if self._required <= found else set()
+        kept: set[int] = set()
+        for operand in self.operands:
+            if all((number in found) != negated for number, negated in operand):
+                kept.update(number for number, negated in operand if not negated)
+        return kept
+
+    def snippet(self, columns: Sequence[str | None]) -> str:
+        """The snippet of the row whose indexed ``columns`` are given (None: empty)."""
+        if not columns:
+            return ""
+        phrases, firsts, width = self.phrases, self._firsts, self.width
+        parsed: list[tuple[_Column | None, list]] = []
+        for text in columns:
+            if not text or not isinstance(text, str):
+                parsed.append((None, []))
+                continue
+            spaced = None
+            if text.isascii():
+                spaced = spaced_ascii(text)
+                for word in firsts:
+                    if word in spaced:
+                        break
+                else:
+                    parsed.append((None, []))  # no instance can be there
+                    continue
+            column = _Column(text, spaced)
+            parsed.append((column, _instances(column, phrases)))
+        kept = self._kept(parsed)
+        if kept is not None:
+            parsed = [(column, [i for i in instances if i[1] in kept])
+                      for column, instances in parsed]
+        best = (0, 0, 0)  # (score, column, start)
+        for number, (column, instances) in enumerate(parsed):
+            if not instances:
+                continue
+            size = len(column.tokens)
+            if size <= width:
+                # Every window holds the whole column and starts at its first token:
+                # the score counts every instance (what the loop below finds, without it).
+                seen = len({phrase for _, phrase, _ in instances})
+                score = 1000 * seen + len(instances) - seen
+                if score > best[0]:
+                    best = (score, number, 0)
+                continue
+            starts = column.sentences()
+            for at, _, _ in instances:
+                score, start = _score(instances, len(phrases), at, width, size)
+                if score > best[0]:
+                    best = (score, number, start)
                 j = bisect.bisect_right(starts, at) - 1
                 if starts[j] < at:
                     score, _ = _score(instances, len(phrases), starts[j], width, size)
                     score += 120 if starts[j] == 0 else 100
                     if score > best[0]:
                         best = (score, number, starts[j])
-    _, number, start = best
-    column, instances = parsed[number]
-    if column is None:  # no instance anywhere: the column's start
-        column = _Column(texts[number])
-    text, size = column.text, len(column.tokens)
-    last = start + width - 1
-    runs = [r for r in _coalesced(instances) if r[0] >= start]
-    out = [ellipsis] if start > 0 else []
-    # Only the window's ends and the marked runs' ends cut the text: jump between them.
-    stop = min(last, size - 1)  # the window's last token inside the column
-    offset = column.start_of(start) if start else 0
-    for first, final in runs:
-        if first > stop:
+        _, number, start = best
+        column, instances = parsed[number]
+        if column is None:  # no instance anywhere: the column's start
+            text = columns[number]
+            column = _Column(text if isinstance(text, str) else "")
+        return self._cut(column, instances, start)
+
+    def _cut(self, column: _Column, instances, start: int) -> str:
+        """The window of ``column`` from token ``start``, its instances marked."""
+        text, size = column.text, len(column.tokens)
+        open_mark, close_mark, ellipsis = self.open_mark, self.close_mark, self.ellipsis
+        last = start + self.width - 1
+        out = [ellipsis] if start > 0 else []
+        # Only the window's ends and the marked runs' ends cut the text: jump between them.
+        stop = min(last, size - 1)  # the window's last token inside the column
+        offset = column.start_of(start) if start else 0
+        for first, final in _coalesced(instances, start):
+            if first > stop:
+                break
+            begin = column.start_of(first)
+            out += [text[offset:begin], open_mark]
+            offset = begin
+            if final <= stop:
+                end = column.end_of(final, known=(first, begin))
+                out += [text[offset:end], close_mark]
+                offset = end
+                continue
+            if stop == last:  # the run goes on past the window: closed at its end
+                end = column.end_of(last, known=(first, begin))
+                out += [text[offset:end], close_mark]
+                offset = end
             break
-        begin = column.start_of(first)
-        out += [text[offset:begin], open_mark]
-        offset = begin
-        if final <= stop:
-            end = column.end_of(final)
-            out += [text[offset:end], close_mark]
-            offset = end
-            continue
-        if stop == last:  # the run goes on past the window: closed at its end
+        if stop == last:  # (after a run closed at the window's end this adds nothing)
             end = column.end_of(last)
-            out += [text[offset:end], close_mark]
+            out.append(text[offset:end])
             offset = end
-        break
-    if stop == last:  # (after a run closed at the window's end this adds nothing)
-        end = column.end_of(last)
-        out.append(text[offset:end])
-        offset = end
-    if last >= size - 1:
-        out.append(text[offset:])
-    else:
-        out.append(ellipsis)
-    if "\x00" in text:
-        # FTS5 appends each piece with printf's "%.*s", which stops at a NUL: a piece
-        # holding one (the "\x00json:" multimodal marker) is cut there
-        out = [piece.split("\x00", 1)[0] for piece in out]
-    return "".join(out)
+        if last >= size - 1:
+            out.append(text[offset:])
+        else:
+            out.append(ellipsis)
+        if "\x00" in text:
+            # FTS5 appends each piece with printf's "%.*s", which stops at a NUL: a piece
+            # holding one (the "\x00json:" multimodal marker) is cut there
+            out = [piece.split("\x00", 1)[0] for piece in out]
+        return "".join(out)
+
+
+def snippet(columns: Sequence[str | None], phrases: Sequence[Phrase],
+            operands: Sequence[Sequence[tuple[int, bool]]] | None = None, **marks) -> str:
+    """One row's snippet (``SnippetQuery(phrases, operands, **marks).snippet(columns)``):
+    for a page of rows, prepare the query once."""
+    return SnippetQuery(phrases, operands, **marks).snippet(columns)

@@ -58,8 +58,7 @@ from ....fts.query import (
     Term,
     query_terms,
 )
-from ....fts.snippet import Phrase
-from ....fts.snippet import snippet as snippet_text
+from ....fts.snippet import Phrase, SnippetQuery
 from ...base import SearchRoute
 from ..errors import sqlstate_of
 from .ddl import (
@@ -152,7 +151,7 @@ def tsquery_text(sanitized: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def snippet_query(sanitized: str) -> tuple[tuple[Phrase, ...], tuple[tuple[tuple[int, bool], ...], ...]]:
+def snippet_query(sanitized: str) -> SnippetQuery:
     """The query as ``fts.snippet`` takes it: every phrase (lower-cased, in the order
     the expression names them) and the OR-operands as (phrase number, negated).
     Kept per expression (immutable): every hit of a search needs it again."""
@@ -164,7 +163,7 @@ def snippet_query(sanitized: str) -> tuple[tuple[Phrase, ...], tuple[tuple[tuple
             numbered.append((len(phrases), negated))
             phrases.append(Phrase(tuple(w.lower() for w in phrase.words), phrase.prefix))
         operands.append(tuple(numbered))
-    return tuple(phrases), tuple(operands)
+    return SnippetQuery(phrases, operands)
 
 
 def word_snippet(expression: str, row: dict) -> str:
@@ -174,8 +173,7 @@ def word_snippet(expression: str, row: dict) -> str:
     content = row["content"]
     if row["role"] == "tool" and isinstance(content, str):
         content = content[:TOOL_CONTENT_PREFIX_CHARS]
-    return snippet_text((content, row["tool_name"], row["tool_calls"]),
-                        *snippet_query(expression))
+    return snippet_query(expression).snippet((content, row["tool_name"], row["tool_calls"]))
 
 
 # --------------------------------------------------------------------------- SQL pieces
