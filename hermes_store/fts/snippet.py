@@ -20,6 +20,8 @@ phrases, by the same rules:
   column goes on; a window at the column's start or end keeps the text before or after
   (each piece cut at a NUL character, as FTS5's printf cuts it).
 
+A search prepares its query once (:class:`SnippetQuery`: the phrases, what marks them)
+and cuts each hit's snippet with it; :func:`snippet` does both for one row.
 ``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
 ``snippet()`` over generated rows and queries.
 """

@@ -65,6 +65,31 @@ def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner
     assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
 
 
+# Text beyond ASCII takes the other tokenizing path (offsets kept for every token): words
+# of other scripts and cases (none with a diacritic, which FTS5 folds and the Python
+# split keeps), CJK runs, and separators of other scripts.
+UNICODE_WORDS = ["docker", "deploy", "x1", "记忆", "断裂", "привет", "Привет", "ДОМ", "дом",
+                 "straße", "Ωmega"]
+UNICODE_SEPARATORS = SEPARATORS + ["。", "，", " — ", "\u3000", "…"]
+unicode_texts = st.lists(
+    st.tuples(st.sampled_from(UNICODE_WORDS), st.sampled_from(UNICODE_SEPARATORS)),
+    min_size=0, max_size=120).map(text_of)
+unicode_phrases = st.lists(st.sampled_from(UNICODE_WORDS), min_size=1, max_size=2).flatmap(
+    lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=unicode_texts, tool_calls=st.one_of(st.none(), texts),
+       query=st.lists(unicode_phrases, min_size=1, max_size=2),
+       joiner=st.sampled_from([" ", " OR "]))
+def test_the_snippet_is_fts5s_beyond_ascii(fts, content, tool_calls, query, joiner):
+    columns = (content, None, tool_calls)
+    want = sqlite_snippet(fts, columns, joiner.join(fts5_phrase(w, p) for w, p in query))
+    if want is None:
+        return  # the row does not match: no snippet to compare
+    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
 def test_only_the_phrases_of_a_satisfied_operand_are_marked():
     # "docker build OR exit code" on "docker-compose failed: exit code 137": the row
     # holds (exit AND code), not (docker AND build): docker stays unmarked. (FTS5 marks
