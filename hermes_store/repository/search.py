@@ -61,10 +61,9 @@ _RESULT_KEYS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name",
                 "model", "session_started")
 
 
-@functools.lru_cache(maxsize=None)
-def _neighbour_id(before: bool) -> sa.ScalarSelect:
-    """The id of the message just before (after) the hit in its session, by
-    (timestamp, id), whatever its visibility.
+def _nearest(before: bool) -> tuple:
+    """(a ``probe`` alias of messages, the condition that it lies before (after) the
+    hit in (timestamp, id) order, the order that puts the nearest first).
 
     A row-value comparison, not ``t < :t OR (t = :t AND id < :id)``: SQLite turns it into
     a range of ``idx_messages_session`` (session_id, timestamp; the id rides along as
@@ -75,9 +74,15 @@ def _neighbour_id(before: bool) -> sa.ScalarSelect:
     position = sa.tuple_(probe.c.timestamp, probe.c.id)
     hit = sa.tuple_(M.c.timestamp, M.c.id)
     if before:
-        nearer, order = position < hit, (probe.c.timestamp.desc(), probe.c.id.desc())
-    else:
-        nearer, order = position > hit, (probe.c.timestamp.asc(), probe.c.id.asc())
+        return probe, position < hit, (probe.c.timestamp.desc(), probe.c.id.desc())
+    return probe, position > hit, (probe.c.timestamp.asc(), probe.c.id.asc())
+
+
+@functools.lru_cache(maxsize=None)
+def _neighbour_id(before: bool) -> sa.ScalarSelect:
+    """The id of the message just before (after) the hit in its session, by
+    (timestamp, id), whatever its visibility."""
+    probe, nearer, order = _nearest(before)
     return (sa.select(probe.c.id).where(probe.c.session_id == M.c.session_id, nearer)
             .order_by(*order).limit(1).scalar_subquery())
 
@@ -112,13 +117,7 @@ def _neighbour_row(before: bool) -> sa.Lateral:
     """The message just before (after) the hit, as a LATERAL subquery of its role and
     content: one index probe per neighbour, where ``_with_neighbours`` probes for the
     id and then reads the row by its key."""
-    probe = M.alias("probe")
-    position = sa.tuple_(probe.c.timestamp, probe.c.id)
-    hit = sa.tuple_(M.c.timestamp, M.c.id)
-    if before:
-        nearer, order = position < hit, (probe.c.timestamp.desc(), probe.c.id.desc())
-    else:
-        nearer, order = position > hit, (probe.c.timestamp.asc(), probe.c.id.asc())
+    probe, nearer, order = _nearest(before)
     return (sa.select(probe.c.role, probe.c.content)
             .where(probe.c.session_id == M.c.session_id, nearer)
             .order_by(*order).limit(1).lateral("prev_message" if before else "next_message"))
