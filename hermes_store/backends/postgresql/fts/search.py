@@ -143,9 +143,11 @@ def _operands(sanitized: str) -> list[_Operand]:
     return operands
 
 
+@functools.lru_cache(maxsize=256)
 def tsquery_text(sanitized: str) -> str | None:
     """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
-    searchable is left)."""
+    searchable is left). Kept per expression, as ``snippet_query``: a search repeated
+    (the next page, a refreshed view) need not parse it again."""
     parts = [p for p in (o.render() for o in _operands(sanitized)) if p is not None]
     return " | ".join(parts) if parts else None
 
