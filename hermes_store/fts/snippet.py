@@ -44,6 +44,8 @@ _SPLIT = re.compile(r"([^\W_]+)")
 _ASCII_TOKENS = bytes(
     c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32
     for c in range(256))
+#: ASCII text's shape: "a" for a token character, a space for every other one
+_ASCII_SHAPE = bytes(97 if chr(c).isalnum() and c < 128 else 32 for c in range(256))
 #: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
 _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 
@@ -86,26 +88,32 @@ class _Column:
             # token i is text[offsets[2i + 1]:offsets[2i + 2]]
             self._offsets = [0, *itertools.accumulate(map(len, pieces))]
 
-    def start_of(self, i: int) -> int:
-        """The offset of token ``i``'s first character."""
+    def start_of(self, i: int, *, known: tuple[int, int] | None = None) -> int:
+        """The offset of token ``i``'s first character; ``known``: (j, the offset of
+        token j) for a token j ≤ i, to count from there rather than from the start."""
         if self._offsets is not None:
             return self._offsets[2 * i + 1]
-        spaced = self._spaced  # the remainder after i tokens starts with token i
-        return len(spaced) - len(spaced.split(None, i)[i]) if i else len(spaced) - len(spaced.lstrip())
-
-    def end_of(self, i: int, *, known: tuple[int, int] | None = None) -> int:
-        """The offset just past token ``i``; ``known``: (j, offset of token j) for a
-        token j ≤ i, to walk from there rather than from the start."""
-        if self._offsets is not None:
-            return self._offsets[2 * i + 2]
-        if known is None:
-            return self.start_of(i) + len(self.tokens[i])
+        spaced = self._spaced
+        if known is None:  # the text less its first i tokens starts with token i
+            if not i:
+                return len(spaced) - len(spaced.lstrip())
+            return len(spaced) - len(spaced.split(None, i)[i])
         j, at = known
-        tokens, spaced = self.tokens, self._spaced
+        if i - j > 2:
+            # the text from token j, less its first i - j tokens, starts with token i
+            rest = spaced[at:]
+            return at + len(rest) - len(rest.split(None, i - j)[i - j])
+        tokens = self.tokens
         while j < i:  # only spaces lie between two tokens: the next one is found first
             at = spaced.find(tokens[j + 1], at + len(tokens[j]))
             j += 1
-        return at + len(tokens[i])
+        return at
+
+    def end_of(self, i: int, *, known: tuple[int, int] | None = None) -> int:
+        """The offset just past token ``i`` (``known`` as for :meth:`start_of`)."""
+        if self._offsets is not None:
+            return self._offsets[2 * i + 2]
+        return self.start_of(i, known=known) + len(self.tokens[i])
 
     def positions(self, word: str, prefix: bool) -> list[int]:
         """The positions of the tokens equal to ``word`` (``prefix``: starting with it)."""
@@ -131,26 +139,33 @@ class _Column:
             at = spaced.find(word, at + 1)
         return found
 
-    def sentences(self) -> list[int]:
-        """Token positions that start a sentence: the first, and any right after
-        ``.``/``:`` and blank space."""
+    def sentences(self, until: int) -> list[int]:
+        """Token positions that start a sentence, up to the first after token ``until``:
+        the first token, and any right after ``.``/``:`` and blank space."""
         found = [0]
         if self._offsets is None:
-            spaced, size = self._spaced, len(self.text)
-            at = previous = 0  # tokens before ``previous`` (a match's end: no token spans it)
+            # ASCII: a token starts wherever " a" does in the column's shape (every token
+            # character "a", every other one a space), so the tokens before a sentence's
+            # start are counted in C, from the previous start on
+            shape = self.text.encode("ascii").translate(_ASCII_SHAPE)
+            at, previous = int(shape[:1] == b"a"), 0
             for m in _SENTENCE_END.finditer(self.text):
-                end = m.end()  # a token starts there when its character is not a space
-                if end < size and spaced[end] != " ":
-                    at += len(spaced[previous:end].split())
-                    previous = end
+                end = m.end()
+                if shape[end:end + 1] == b"a":  # a token starts there
+                    at += shape.count(b" a", previous, end)
+                    previous = end - 1
                     if at > 0:
                         found.append(at)
+                        if at > until:
+                            break
             return found
         starts = self._offsets[1:-1:2]  # each token's first character
         for m in _SENTENCE_END.finditer(self.text):
             at = bisect.bisect_left(starts, m.end())
             if at < len(starts) and starts[at] == m.end() and at > 0:
                 found.append(at)
+                if at > until:
+                    break
         return found
 
 
@@ -178,23 +193,51 @@ def _instances(column: _Column, phrases: Sequence[Phrase]) -> list[tuple[int, in
     return found
 
 
-def _score(instances, phrases: int, start: int, width: int, size: int):
-    """A window's score (1,000 per phrase seen first, 1 per repeat) and the start that
-    centres its instances (kept inside the column)."""
-    seen = [False] * phrases
-    score, first, last = 0, -1, 0
-    for at, number, length in instances:
-        if start <= at < start + width:
-            score += 1 if seen[number] else 1000
-            seen[number] = True
-            if first < 0:
-                first = at
-            last = at + length
-    spare = width - (last - first)
-    centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
-    if centred + width > size:
-        centred = size - width
-    return score, max(centred, 0)
+class _Windows:
+    """Windows of ``width`` tokens over a column of ``size`` tokens and its instances
+    (sorted by position), scored as FTS5's ``fts5SnippetScore`` scores them — for many
+    windows at once, in order of their starts: the instances a window holds are a run of
+    the sorted list whose ends only move forward, so a column costs the number of its
+    instances and windows, not their product (FTS5 rescans every instance per window)."""
+
+    __slots__ = ("instances", "positions", "phrases", "width", "size")
+
+    def __init__(self, instances, phrases: int, width: int, size: int) -> None:
+        self.instances = instances
+        self.positions = [at for at, _, _ in instances]
+        self.phrases, self.width, self.size = phrases, width, size
+
+    def scores(self, starts: Sequence[int]) -> list[tuple[int, int]]:
+        """For each window start (ascending): the score (1,000 per phrase the window
+        holds, 1 per repeat) and the start that centres its instances (kept inside the
+        column)."""
+        instances, positions, width, size = self.instances, self.positions, self.width, self.size
+        held = [0] * self.phrases  # instances of each phrase in the window
+        seen = lo = hi = 0  # seen: the phrases held at least once
+        count = len(positions)
+        found = []
+        for start in starts:
+            while hi < count and positions[hi] < start + width:
+                number = instances[hi][1]
+                seen += not held[number]
+                held[number] += 1
+                hi += 1
+            while lo < hi and positions[lo] < start:
+                number = instances[lo][1]
+                held[number] -= 1
+                seen -= not held[number]
+                lo += 1
+            if lo == hi:
+                score, first, last = 0, -1, 0
+            else:
+                score = 1000 * seen + (hi - lo) - seen
+                first, last = positions[lo], positions[hi - 1] + instances[hi - 1][2]
+            spare = width - (last - first)
+            centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
+            if centred + width > size:
+                centred = size - width
+            found.append((score, max(centred, 0)))
+        return found
 
 
 def _coalesced(instances, start: int) -> list[tuple[int, int]]:
@@ -293,17 +336,22 @@ class SnippetQuery:
                 if score > best[0]:
                     best = (score, number, 0)
                 continue
-            starts = column.sentences()
-            for at, _, _ in instances:
-                score, start = _score(instances, len(phrases), at, width, size)
+            # FTS5's candidates, in its order: each instance's window, then the window
+            # of the sentence it is in (a bonus for starting a sentence); the first best
+            # wins
+            windows = _Windows(instances, len(phrases), width, size)
+            sentences = column.sentences(windows.positions[-1])
+            around = [sentences[bisect.bisect_right(sentences, at) - 1]
+                      for at in windows.positions]
+            for at, (score, start), sentence, (in_sentence, _) in zip(
+                    windows.positions, windows.scores(windows.positions), around,
+                    windows.scores(around)):
                 if score > best[0]:
                     best = (score, number, start)
-                j = bisect.bisect_right(starts, at) - 1
-                if starts[j] < at:
-                    score, _ = _score(instances, len(phrases), starts[j], width, size)
-                    score += 120 if starts[j] == 0 else 100
+                if sentence < at:
+                    score = in_sentence + (120 if sentence == 0 else 100)
                     if score > best[0]:
-                        best = (score, number, starts[j])
+                        best = (score, number, sentence)
         _, number, start = best
         column, instances = parsed[number]
         if column is None:  # no instance anywhere: the column's start
@@ -319,25 +367,28 @@ class SnippetQuery:
         out = [ellipsis] if start > 0 else []
         # Only the window's ends and the marked runs' ends cut the text: jump between them.
         stop = min(last, size - 1)  # the window's last token inside the column
-        offset = column.start_of(start) if start else 0
+        # each place is counted from the last one found (``known``), not from the start
+        known = (start, column.start_of(start)) if start else None
+        offset = known[1] if start else 0
         for first, final in _coalesced(instances, start):
             if first > stop:
                 break
-            begin = column.start_of(first)
+            begin = column.start_of(first, known=known)
+            known = (first, begin)
             out += [text[offset:begin], open_mark]
             offset = begin
             if final <= stop:
-                end = column.end_of(final, known=(first, begin))
+                end = column.end_of(final, known=known)
                 out += [text[offset:end], close_mark]
                 offset = end
                 continue
             if stop == last:  # the run goes on past the window: closed at its end
-                end = column.end_of(last, known=(first, begin))
+                end = column.end_of(last, known=known)
                 out += [text[offset:end], close_mark]
                 offset = end
             break
         if stop == last:  # (after a run closed at the window's end this adds nothing)
-            end = column.end_of(last)
+            end = column.end_of(last, known=known)
             out.append(text[offset:end])
             offset = end
         if last >= size - 1:

@@ -42,8 +42,13 @@ def text_of(parts) -> str:
     return "".join(word + sep for word, sep in parts)
 
 
-texts = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),
-                 min_size=0, max_size=120).map(text_of)
+# (a text may start with separators too: the first token is then not at offset 0)
+LEADING = ["", "", " ", "  (", "\n", ". ", "-"]
+texts = st.tuples(
+    st.sampled_from(LEADING),
+    st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),
+             min_size=0, max_size=120),
+).map(lambda parts: parts[0] + text_of(parts[1]))
 phrases = st.lists(st.sampled_from(WORDS[:9]), min_size=1, max_size=3).flatmap(
     lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
 
@@ -71,9 +76,11 @@ def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner
 UNICODE_WORDS = ["docker", "deploy", "x1", "记忆", "断裂", "привет", "Привет", "ДОМ", "дом",
                  "straße", "Ωmega"]
 UNICODE_SEPARATORS = SEPARATORS + ["。", "，", " — ", "\u3000", "…"]
-unicode_texts = st.lists(
-    st.tuples(st.sampled_from(UNICODE_WORDS), st.sampled_from(UNICODE_SEPARATORS)),
-    min_size=0, max_size=120).map(text_of)
+unicode_texts = st.tuples(
+    st.sampled_from(LEADING + ["。"]),
+    st.lists(st.tuples(st.sampled_from(UNICODE_WORDS), st.sampled_from(UNICODE_SEPARATORS)),
+             min_size=0, max_size=120),
+).map(lambda parts: parts[0] + text_of(parts[1]))
 unicode_phrases = st.lists(st.sampled_from(UNICODE_WORDS), min_size=1, max_size=2).flatmap(
     lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
 
