@@ -45,7 +45,7 @@ _ASCII_TOKENS = bytes(
     c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32
     for c in range(256))
 #: ASCII text's shape: "a" for a token character, a space for every other one
-_ASCII_SHAPE = bytes(97 if chr(c).isalnum() and c < 128 else 32 for c in range(256))
+_ASCII_SHAPE = bytes(32 if c == 32 else 97 for c in _ASCII_TOKENS)
 #: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
 _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 
@@ -59,7 +59,7 @@ class Phrase:
     prefix: bool = False
 
 
-def spaced_ascii(text: str) -> str:
+def _spaced_ascii(text: str) -> str:
     """ASCII ``text`` with its tokens lower-cased and every other character a space."""
     return text.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
 
@@ -71,11 +71,12 @@ class _Column:
     __slots__ = ("text", "tokens", "_spaced", "_offsets")
 
     def __init__(self, text: str, spaced: str | None = None) -> None:
-        """``spaced``: an ASCII ``text``'s :func:`spaced` form, where the caller has it."""
+        """``spaced``: an ASCII ``text``'s :func:`_spaced_ascii` form, where the caller
+        has it."""
         self.text = text
         self._offsets = None
         if spaced is None and text.isascii():
-            spaced = spaced_ascii(text)
+            spaced = _spaced_ascii(text)
         if spaced is not None:
             # A snippet needs the places of a handful of tokens (the window's ends, the
             # marked runs), found in ``_spaced`` when asked.
@@ -310,7 +311,7 @@ class SnippetQuery:
                 continue
             spaced = None
             if text.isascii():
-                spaced = spaced_ascii(text)
+                spaced = _spaced_ascii(text)
                 for word in firsts:
                     if word in spaced:
                         break
