@@ -303,7 +303,7 @@ class SnippetQuery:
         """The snippet of the row whose indexed ``columns`` are given (None: empty)."""
         if not columns:
             return ""
-        phrases, firsts, width = self.phrases, self._firsts, self.width
+        phrases, firsts = self.phrases, self._firsts
         parsed: list[tuple[_Column | None, list]] = []
         for text in columns:
             if not text or not isinstance(text, str):
@@ -324,41 +324,44 @@ class SnippetQuery:
         if kept is not None:
             parsed = [(column, [i for i in instances if i[1] in kept])
                       for column, instances in parsed]
-        best = (0, 0, 0)  # (score, column, start)
+        best = (0, 0, 0)  # (score, column, start): the first column with the best window
         for number, (column, instances) in enumerate(parsed):
-            if not instances:
-                continue
-            size = len(column.tokens)
-            if size <= width:
-                # Every window holds the whole column and starts at its first token:
-                # the score counts every instance (what the loop below finds, without it).
-                seen = len({phrase for _, phrase, _ in instances})
-                score = 1000 * seen + len(instances) - seen
-                if score > best[0]:
-                    best = (score, number, 0)
-                continue
-            # FTS5's candidates, in its order: each instance's window, then the window
-            # of the sentence it is in (a bonus for starting a sentence); the first best
-            # wins
-            windows = _Windows(instances, len(phrases), width, size)
-            sentences = column.sentences(windows.positions[-1])
-            around = [sentences[bisect.bisect_right(sentences, at) - 1]
-                      for at in windows.positions]
-            for at, (score, start), sentence, (in_sentence, _) in zip(
-                    windows.positions, windows.scores(windows.positions), around,
-                    windows.scores(around)):
+            if instances:
+                score, start = self._best_window(column, instances)
                 if score > best[0]:
                     best = (score, number, start)
-                if sentence < at:
-                    score = in_sentence + (120 if sentence == 0 else 100)
-                    if score > best[0]:
-                        best = (score, number, sentence)
         _, number, start = best
         column, instances = parsed[number]
         if column is None:  # no instance anywhere: the column's start
             text = columns[number]
             column = _Column(text if isinstance(text, str) else "")
         return self._cut(column, instances, start)
+
+    def _best_window(self, column: _Column, instances) -> tuple[int, int]:
+        """The score and start of the column's best window: the first of FTS5's
+        candidates with the highest score."""
+        width, size = self.width, len(column.tokens)
+        if size <= width:
+            # Every window holds the whole column and starts at its first token: the
+            # score counts every instance (what the candidates below would find).
+            seen = len({phrase for _, phrase, _ in instances})
+            return 1000 * seen + len(instances) - seen, 0
+        # The candidates, in FTS5's order: each instance's window, then the window of
+        # the sentence it is in (a bonus for starting a sentence).
+        windows = _Windows(instances, len(self.phrases), width, size)
+        sentences = column.sentences(windows.positions[-1])
+        around = [sentences[bisect.bisect_right(sentences, at) - 1] for at in windows.positions]
+        best = (0, 0)
+        for at, (score, start), sentence, (in_sentence, _) in zip(
+                windows.positions, windows.scores(windows.positions), around,
+                windows.scores(around)):
+            if score > best[0]:
+                best = (score, start)
+            if sentence < at:
+                score = in_sentence + (120 if sentence == 0 else 100)
+                if score > best[0]:
+                    best = (score, sentence)
+        return best
 
     def _cut(self, column: _Column, instances, start: int) -> str:
         """The window of ``column`` from token ``start``, its instances marked."""
