@@ -46,6 +46,11 @@ _ASCII_TOKENS = bytes(
     for c in range(256))
 #: ASCII text's shape: "a" for a token character, a space for every other one
 _ASCII_SHAPE = bytes(32 if c == 32 else 97 for c in _ASCII_TOKENS)
+#: a window's score (``fts5SnippetScore``): this much for each phrase it holds, 1 for
+#: each further instance; a window that starts a sentence gains a bonus, more for the
+#: column's first
+_PHRASE_SCORE = 1000
+_SENTENCE_BONUS, _FIRST_SENTENCE_BONUS = 100, 120
 #: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
 _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 
@@ -194,12 +199,17 @@ def _instances(column: _Column, phrases: Sequence[Phrase]) -> list[tuple[int, in
     return found
 
 
+def _bonus(sentence: int) -> int:
+    """The bonus of a window that starts the sentence at token ``sentence``."""
+    return _FIRST_SENTENCE_BONUS if sentence == 0 else _SENTENCE_BONUS
+
+
 class _Windows:
     """Windows of ``width`` tokens over a column of ``size`` tokens and its instances
-    (sorted by position), scored as FTS5's ``fts5SnippetScore`` scores them — for many
-    windows at once, in order of their starts: the instances a window holds are a run of
-    the sorted list whose ends only move forward, so a column costs the number of its
-    instances and windows, not their product (FTS5 rescans every instance per window)."""
+    (sorted by position), scored as FTS5's ``fts5SnippetScore`` scores them. The
+    instances a window holds are a slice of the sorted list, found by bisection (in C,
+    through ``map``): a column with many instances costs each window two bisections, not
+    a pass over every instance as in FTS5."""
 
     __slots__ = ("instances", "positions", "phrases", "width", "size")
 
@@ -208,37 +218,32 @@ class _Windows:
         self.positions = [at for at, _, _ in instances]
         self.phrases, self.width, self.size = phrases, width, size
 
-    def scores(self, starts: Sequence[int]) -> list[tuple[int, int]]:
-        """For each window start (ascending): the score (1,000 per phrase the window
-        holds, 1 per repeat) and the start that centres its instances (kept inside the
-        column)."""
-        instances, positions, width, size = self.instances, self.positions, self.width, self.size
-        held = [0] * self.phrases  # instances of each phrase in the window
-        seen = lo = hi = 0  # seen: the phrases held at least once
-        count = len(positions)
-        found = []
-        for start in starts:
-            while hi < count and positions[hi] < start + width:
-                number = instances[hi][1]
-                seen += not held[number]
-                held[number] += 1
-                hi += 1
-            while lo < hi and positions[lo] < start:
-                number = instances[lo][1]
-                held[number] -= 1
-                seen -= not held[number]
-                lo += 1
-            if lo == hi:
-                score, first, last = 0, -1, 0
-            else:
-                score = 1000 * seen + (hi - lo) - seen
-                first, last = positions[lo], positions[hi - 1] + instances[hi - 1][2]
-            spare = width - (last - first)
-            centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
-            if centred + width > size:
-                centred = size - width
-            found.append((score, max(centred, 0)))
-        return found
+    def scores(self, starts: Sequence[int]) -> list[int]:
+        """Each window's score: 1,000 per phrase it holds, 1 per repeat."""
+        positions, width = self.positions, self.width
+        los = map(bisect.bisect_left, itertools.repeat(positions), starts)
+        his = map(bisect.bisect_left, itertools.repeat(positions), [s + width for s in starts])
+        if self.phrases == 1:
+            return [_PHRASE_SCORE - 1 + hi - lo if hi > lo else 0 for lo, hi in zip(los, his)]
+        numbers = [number for _, number, _ in self.instances]
+        scores = []
+        for lo, hi in zip(los, his):
+            seen = len(set(numbers[lo:hi]))
+            scores.append(_PHRASE_SCORE * seen + hi - lo - seen if seen else 0)
+        return scores
+
+    def centred(self, start: int) -> int:
+        """Where the window that starts at an instance's token ``start`` goes to centre
+        the instances it holds (kept inside the column)."""
+        positions, width, size = self.positions, self.width, self.size
+        lo = bisect.bisect_left(positions, start)
+        hi = bisect.bisect_left(positions, start + width)
+        first, last = positions[lo], positions[hi - 1] + self.instances[hi - 1][2]
+        spare = width - (last - first)
+        centred = first - (spare // 2 if spare >= 0 else -(-spare // 2))  # C's division
+        if centred + width > size:
+            centred = size - width
+        return max(centred, 0)
 
 
 def _coalesced(instances, start: int) -> list[tuple[int, int]]:
@@ -345,23 +350,27 @@ class SnippetQuery:
             # Every window holds the whole column and starts at its first token: the
             # score counts every instance (what the candidates below would find).
             seen = len({phrase for _, phrase, _ in instances})
-            return 1000 * seen + len(instances) - seen, 0
+            return _PHRASE_SCORE * seen + len(instances) - seen, 0
         # The candidates, in FTS5's order: each instance's window, then the window of
-        # the sentence it is in (a bonus for starting a sentence).
+        # the sentence it is in (a bonus for starting a sentence); the first best wins.
         windows = _Windows(instances, len(self.phrases), width, size)
-        sentences = column.sentences(windows.positions[-1])
-        around = [sentences[bisect.bisect_right(sentences, at) - 1] for at in windows.positions]
-        best = (0, 0)
-        for at, (score, start), sentence, (in_sentence, _) in zip(
-                windows.positions, windows.scores(windows.positions), around,
-                windows.scores(around)):
-            if score > best[0]:
-                best = (score, start)
-            if sentence < at:
-                score = in_sentence + (120 if sentence == 0 else 100)
-                if score > best[0]:
-                    best = (score, sentence)
-        return best
+        positions = windows.positions
+        sentences = column.sentences(positions[-1])
+        if len(positions) == 1:  # (the usual case, in short: the sentence's window if it
+            at = positions[0]    # holds the instance, for its bonus, else its own)
+            sentence = sentences[bisect.bisect_right(sentences, at) - 1]
+            if sentence < at < sentence + width:
+                return _PHRASE_SCORE + _bonus(sentence), sentence
+            return _PHRASE_SCORE, windows.centred(at)
+        around = [sentences[j - 1] for j in
+                  map(bisect.bisect_right, itertools.repeat(sentences), positions)]
+        in_sentence = [score + _bonus(sentence) if sentence < at else -1
+                       for score, sentence, at in zip(windows.scores(around), around, positions)]
+        candidates = list(itertools.chain.from_iterable(
+            zip(windows.scores(positions), in_sentence)))
+        best = max(candidates)
+        i, of_sentence = divmod(candidates.index(best), 2)
+        return best, around[i] if of_sentence else windows.centred(positions[i])
 
     def _cut(self, column: _Column, instances, start: int) -> str:
         """The window of ``column`` from token ``start``, its instances marked."""
