@@ -10,7 +10,10 @@ The vocabulary is small, so nearly every message matches every query: the worst 
 for ranking (every match ranked) and for snippets (best-first rows are the longest,
 with dozens of instances each).
 
-    python benchmarks/scratch/pg_long_messages.py
+    python benchmarks/scratch/pg_long_messages.py [--lz4]
+
+``--lz4`` also fills a database whose ``default_toast_compression`` is ``lz4`` and times
+PostgreSQL's searches on it beside the default (``pglz``) one, with both tables' sizes.
 """
 import json, os, random, statistics, sys, time
 
@@ -103,4 +106,29 @@ if __name__ == "__main__":
         split = phases(pg, query)
         print(f"{query:18s} PostgreSQL {a:7.2f}  SQLite {b:6.2f}  ratio {a / b:4.2f}  |  "
               + "  ".join(f"{k} {v:.2f}" for k, v in split.items()))
+    if "--lz4" in sys.argv:
+        admin.execute("DROP DATABASE IF EXISTS longlz4")
+        admin.execute("CREATE DATABASE longlz4")
+        admin.execute("ALTER DATABASE longlz4 SET default_toast_compression = 'lz4'")
+        lz4_url = pg_url.replace("/longmsgs", "/longlz4")
+        fill(lz4_url)
+        lz4 = SessionDB(lz4_url)
+        for name, url in (("pglz", pg_url), ("lz4", lz4_url)):
+            with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"),
+                                 autocommit=True) as c:
+                c.execute("VACUUM ANALYZE messages")
+                size = c.execute("SELECT pg_size_pretty(pg_total_relation_size('messages'))")
+                print(f"messages with {name}: {size.fetchone()[0]}")
+        for query in QUERIES:
+            for db in (pg, lz4):
+                for _ in range(12):
+                    db.search_messages(query)
+            times = {"pglz": [], "lz4": []}
+            for turn in range(30):
+                for name, db in (("pglz", pg), ("lz4", lz4)) if turn % 2 else (("lz4", lz4), ("pglz", pg)):
+                    start = time.perf_counter()
+                    db.search_messages(query)
+                    times[name].append(time.perf_counter() - start)
+            a, b = (statistics.median(times[k]) * 1e3 for k in ("pglz", "lz4"))
+            print(f"{query:18s} pglz {a:6.2f}  lz4 {b:6.2f}  ratio {b / a:.2f}")
     sys.exit(0)
