@@ -198,9 +198,18 @@ def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElemen
     return document(messages).op("@@", return_type=sa.Boolean)(query)
 
 
+#: ``ts_rank``'s normalization: the rank divided by the document's length, so that — as
+#: FTS5's bm25 does — a short message that holds the terms ranks above a long one that
+#: mentions them in passing. The best-first page then is SQLite's: 19–20 of its 20
+#: messages for most of the benchmark's queries at 100k, against 0–5 unnormalized
+#: (docs/performance.md, 2026-12-03)
+RANK_NORMALIZATION = 2
+
+
 def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
     """Relevance with FTS5's sign: lower is better (``ORDER BY rank`` = best first)."""
-    return -sa.func.ts_rank(document(messages), query, type_=sa.Float)
+    return -sa.func.ts_rank(document(messages), query,
+                            sa.literal_column(str(RANK_NORMALIZATION)), type_=sa.Float)
 
 
 def _escape_like(text: str) -> str:
