@@ -185,6 +185,39 @@ def test_tsquery_text_follows_fts5_grammar(query, expected):
     assert text.replace("(", "").replace(")", "") == expected.replace("(", "").replace(")", "")
 
 
+@pytest.mark.parametrize("query, expected", [
+    ("docker", "'docker'"),
+    ('"docker build"', "'docker' | 'build'"),  # a phrase is ranked by its words
+    ("Docker build", "'Docker' | 'build'"),
+    ('"exit code"*', "'exit' | 'code':*"),
+    ("docker OR build NOT compose", "'docker' | 'build'"),  # a negated word is not ranked
+    ("a NOT b OR c", "'a' | 'c'"),
+    ("docker docker", "'docker'"),  # each word once
+])
+def test_a_match_is_ranked_by_the_or_of_the_querys_positive_words(query, expected):
+    assert pq.rank_text(fq.sanitize_fts5_query(query)) == expected
+
+
+def test_the_rank_keeps_the_matches_and_orders_short_messages_first(pg_store):
+    """Ranked by its words' OR, normalized by length, over the query's matches only: a
+    message that holds the phrase in few words comes first, and one that holds the
+    words but not the phrase is not found."""
+    rows = ["docker build " + "filler " * 40, "the docker build failed", "build a docker image"]
+    with pg_store.connect() as pg:
+        pg.execute(sa.text("CREATE TEMP TABLE t (id int, doc tsvector)"))
+        for i, text in enumerate(rows):
+            pg.execute(sa.text("INSERT INTO t VALUES (:i, to_tsvector('simple', :text))"),
+                       {"i": i, "text": text})
+        sanitized = fq.sanitize_fts5_query('"docker build"')
+        found = pg.execute(sa.text(
+            "SELECT id FROM t WHERE doc @@ to_tsquery('simple', :match) ORDER BY "
+            "ts_rank(doc, to_tsquery('simple', :rank), :norm) DESC, id"),
+            {"match": pq.tsquery_text(sanitized), "rank": pq.rank_text(sanitized),
+             "norm": pq.RANK_NORMALIZATION}).scalars().all()
+        pg.rollback()
+    assert found == [1, 0]
+
+
 def test_nothing_searchable_gives_no_tsquery():
     assert pq.tsquery_text("") is None
     assert pq.tsquery_text('"--"') is None
