@@ -73,13 +73,13 @@ class _Column:
     """One column's text split into tokens (``tokens``, lower-cased), with each token's
     place in the text (``start_of``/``end_of``) and the sentence starts."""
 
-    __slots__ = ("text", "tokens", "_spaced", "_offsets")
+    __slots__ = ("text", "tokens", "_spaced", "_offsets", "_shape")
 
     def __init__(self, text: str, spaced: str | None = None) -> None:
         """``spaced``: an ASCII ``text``'s :func:`_spaced_ascii` form, where the caller
         has it."""
         self.text = text
-        self._offsets = None
+        self._offsets = self._shape = None
         if spaced is None and text.isascii():
             spaced = _spaced_ascii(text)
         if spaced is not None:
@@ -134,32 +134,42 @@ class _Column:
         if spaced is None or not word.isalnum():  # (a word a token cannot hold: none)
             return [i for i, t in enumerate(tokens) if t.startswith(word)]
         # ASCII: find the word where a token starts; its position is the number of
-        # tokens before it, counted from the previous one found (str.find, str.split: C)
+        # tokens before it, counted from the previous one found
         found, count, previous = [], 0, 0
         at = spaced.find(word)
         while at >= 0:
             if at == 0 or spaced[at - 1] == " ":
-                count += len(spaced[previous:at].split())
+                count += self._tokens_in(previous, at)
                 previous = at
                 found.append(count)
             at = spaced.find(word, at + 1)
         return found
+
+    def _tokens_in(self, start: int, end: int) -> int:
+        """ASCII: how many tokens begin at offsets ``start`` to ``end`` (exclusive),
+        where ``start`` is 0 or a token's first character — counted in C, in the
+        column's shape (every token character "a", every other one a space), where a
+        token begins wherever " a" does (and at 0 on an "a")."""
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = self.text.encode("ascii").translate(_ASCII_SHAPE)
+        if start:
+            return shape.count(b" a", start - 1, end)
+        return shape.count(b" a", 0, end) + (end > 0 and shape[:1] == b"a")
 
     def sentences(self, until: int) -> list[int]:
         """Token positions that start a sentence, up to the first after token ``until``:
         the first token, and any right after ``.``/``:`` and blank space."""
         found = [0]
         if self._offsets is None:
-            # ASCII: a token starts wherever " a" does in the column's shape (every token
-            # character "a", every other one a space), so the tokens before a sentence's
-            # start are counted in C, from the previous start on
-            shape = self.text.encode("ascii").translate(_ASCII_SHAPE)
-            at, previous = int(shape[:1] == b"a"), 0
+            # ASCII: the tokens before a sentence's start, counted from the previous one
+            spaced, size = self._spaced, len(self.text)
+            at = previous = 0
             for m in _SENTENCE_END.finditer(self.text):
                 end = m.end()
-                if shape[end:end + 1] == b"a":  # a token starts there
-                    at += shape.count(b" a", previous, end)
-                    previous = end - 1
+                if end < size and spaced[end] != " ":  # a token starts there
+                    at += self._tokens_in(previous, end)
+                    previous = end
                     if at > 0:
                         found.append(at)
                         if at > until:
