@@ -2,17 +2,18 @@
 row, over the rows PostgreSQL's search returns (the kept server's 100k database,
 ``pg_keep.py``): for each kind of the word route, the page's rows are fetched once, every
 version must write the same snippets, then the versions cut them in turn (order
-rotating), median over rounds. Then the same over long messages, which the benchmark's
+rotating: ``_common.interleaved``), median over rounds. Then the same over long messages, which the benchmark's
 rows are not (generated prose of 10, 60 and 200 sentences, ~0.6k / 3.9k / 14k
 characters, one ``chat-send`` in the middle, ``docker`` every ~15 words).
 
     git show REV:hermes_store/fts/snippet.py > /tmp/old_snippet.py
     python benchmarks/scratch/snippet_ab.py /tmp/old_snippet.py hermes_store/fts/snippet.py
 """
-import importlib.util, json, os, statistics, sys, time
+import importlib.util, json, os, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import Samples, interleaved  # noqa: E402
 from bench_search import QUERIES  # noqa: E402
 
 import sqlalchemy as sa  # noqa: E402
@@ -56,17 +57,12 @@ def long_rows():
 
 
 def timed(versions, cut, rows, label):
+    """Every version must cut the same snippets; then µs per row, versions interleaved."""
     first = [cut[0](row) for row in rows]
     assert all([c(row) for row in rows] == first for c in cut[1:]), label
-    times = [[] for _ in versions]
-    for turn in range(30):
-        for i in [(turn + k) % len(versions) for k in range(len(versions))]:
-            start = time.perf_counter()
-            for _ in range(5):
-                for row in rows:
-                    cut[i](row)
-            times[i].append((time.perf_counter() - start) / (5 * len(rows)) * 1e6)
-    medians = [statistics.median(t) for t in times]
+    res = interleaved({i: (lambda c=c: [c(row) for row in rows], Samples())
+                       for i, c in enumerate(cut)}, rounds=30, iterations=5)
+    medians = [res[i]["p50"] / len(rows) * 1e6 for i in range(len(versions))]
     print(f"{label:24s}", "  ".join(f"{m:7.2f}" for m in medians), "  ratio",
           " ".join(f"{m / medians[0]:.2f}" for m in medians[1:]))
 
