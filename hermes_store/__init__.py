@@ -14,6 +14,7 @@ from .errors import (
     SchemaOutOfDateError,
     SchemaTooNewError,
     SessionNotFoundError,
+    SQLiteLibraryError,
     StoreBusyError,
     StoreClosedError,
     StoreFullError,
@@ -25,8 +26,21 @@ from .paths import default_db_path, hermes_home
 
 __version__ = "0.1.0"
 
+def use_sqlite_library(name: str) -> None:
+    """Run this process's SQLite stores on ``name``: ``"sqlite3"`` (the standard
+    library's, the default) or ``"pysqlite3"`` (the extra ``hermes_store[pysqlite3]``,
+    SQLite 3.53.4). Call it before the first store opens; it wins over
+    ``HERMES_STATE_SQLITE_MODULE``. Choose ``pysqlite3`` only for a process that opens
+    ``state.db`` through the store alone: a second copy of SQLite beside the standard
+    library's drops the other's file locks (docs/operations.md, "Which SQLite")."""
+    from .backends.sqlite.library import use
+
+    use(name)
+
+
 __all__ = [
     "SessionDB",
+    "use_sqlite_library",
     "DatabaseDamagedError",
     "HermesStoreError",
     "NotADatabaseError",
@@ -34,6 +48,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionNotFoundError",
+    "SQLiteLibraryError",
     "StoreBusyError",
     "StoreClosedError",
     "StoreFullError",

@@ -166,8 +166,8 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
         self._singles = opened.singles
 
     def close(self) -> None:
-        """Checkpoint (SQLite, PASSIVE: never waits for, or disturbs, other processes)
-        and release the database (PostgreSQL: the pool's connections). Idempotent; any
+        """Checkpoint (SQLite: under the writer lock, skipped when another writer keeps
+        it; never waits for readers) and release the database (PostgreSQL: the pool's connections). Idempotent; any
         other call afterwards raises ``StoreClosedError``."""
         engine, units = self._engine, self._units
         if engine is None:
@@ -183,7 +183,7 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
             self._units = None
             try:
                 if not self.read_only and units is not None:
-                    units.checkpoint("PASSIVE")  # skipped for a replaced file
+                    units.checkpoint()  # skipped for a replaced file
             finally:
                 engine.dispose()
 

@@ -91,7 +91,8 @@ class RetryPolicy:
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     jitter_min: float = 0.020
     jitter_max: float = 0.150
-    #: PASSIVE WAL checkpoint after this many successful write units (0 = never)
+    #: a WAL checkpoint (under the writer lock) after this many successful write units
+    #: (0 = never)
     checkpoint_every: int = 50
     #: seconds a call keeps trying after its connection was lost (a server restart, a
     #: failover, the network; a file has no connection to lose): a read is re-run on a
@@ -155,7 +156,7 @@ class WriteUnits:
     ``serializes_units``): each thread runs its units on its own held writer connection,
     one unit at a time per instance (threads of one process queue on a lock instead of
     spinning in SQLite's busy handler); every unit begins with ``BEGIN IMMEDIATE``, and
-    every ``checkpoint_every`` commits a PASSIVE checkpoint runs. PostgreSQL: each unit
+    every ``checkpoint_every`` commits a checkpoint runs (under the writer lock). PostgreSQL: each unit
     checks a connection out of the pool, begins READ COMMITTED and first takes the locks
     of what the unit decides on (``backend.lock_unit``; ``unit_locks``: its sessions, a
     title …, or the whole store); serialization failures, deadlocks and lock timeouts
@@ -343,13 +344,13 @@ class WriteUnits:
         if self.guard is not None:
             self.guard.check()
 
-    def checkpoint(self, mode: str = "PASSIVE") -> tuple | None:
+    def checkpoint(self) -> tuple | None:
         """The backend's checkpoint (SQLite: copy WAL frames back into the database
-        without waiting for readers); None where the engine checkpoints on its own, or
-        the database is no longer the one opened."""
+        under the writer lock, without waiting for readers); None where it was skipped,
+        the engine checkpoints on its own, or the database is no longer the one opened."""
         if self.guard is not None and self.guard.replaced():
             return None
-        return self.backend.checkpoint(self._maintenance, mode, self.label)
+        return self.backend.checkpoint(self._maintenance, self.label)
 
 
 class _CommitInDoubt(Exception):

@@ -75,9 +75,11 @@ export PATH="$PWD/.venv/bin:$PATH"   # console scripts (alembic, hermes-store) f
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
 python -m pytest -n 2 "$@"
-# The stdlib leg: the named subset (tests/conftest.py, STDLIB_SUBSET) on the standard
-# library's sqlite3, which is what users without a pysqlite3 wheel run (issue 20).
-if [ $# -eq 0 ] && [ -z "${HERMES_TEST_SKIP_STDLIB_LEG:-}" ]; then
-    echo "test.sh: the stdlib-sqlite3 leg (HERMES_STATE_SQLITE_MODULE=sqlite3)" >&2
-    HERMES_STATE_SQLITE_MODULE=sqlite3 python -m pytest -n 2 -m "stdlib_sqlite and not postgres"
+# The pysqlite3 leg: the named subset (tests/conftest.py, LIBRARY_SUBSET) on the opt-in
+# library (decision D19: the default is the standard library's sqlite3), where the
+# platform has a pysqlite3 wheel.
+if [ $# -eq 0 ] && [ -z "${HERMES_TEST_SKIP_PYSQLITE3_LEG:-}" ] \
+        && python -c "import pysqlite3.dbapi2" 2>/dev/null; then
+    echo "test.sh: the pysqlite3 leg (HERMES_STATE_SQLITE_MODULE=pysqlite3)" >&2
+    HERMES_STATE_SQLITE_MODULE=pysqlite3 python -m pytest -n 2 -m "pysqlite3_leg and not postgres"
 fi

@@ -123,13 +123,13 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("backend", backends, indirect=True)
 
 
-#: the named subset that also runs on the standard library's sqlite3 (SQLite 3.40.1 on
-#: Debian 12), the library some users' Pythons give them: ``scripts/test.sh`` runs it with
-#: ``HERMES_STATE_SQLITE_MODULE=sqlite3 pytest -m "stdlib_sqlite and not postgres"``
-#: (every other test runs on the default library, pysqlite3 where installed). Opening and
+#: the named subset that also runs on the opt-in library, pysqlite3 (SQLite 3.53.4, decision
+#: D19): ``scripts/test.sh`` runs it with
+#: ``HERMES_STATE_SQLITE_MODULE=pysqlite3 pytest -m "pysqlite3_leg and not postgres"``
+#: (every test runs on the default library, the standard library's sqlite3). Opening and
 #: writing, search on FTS5/trigram, WAL and checkpoints, processes writing at once,
 #: crashes, damaged files, adopting upstream files, doctor/status, and tests/sqlite.
-STDLIB_SUBSET = {
+LIBRARY_SUBSET = {
     "tests/repository/test_open_close.py",
     "tests/repository/test_concurrency.py",
     "tests/repository/test_messages.py",
@@ -157,8 +157,8 @@ def pytest_collection_modifyitems(config, items):
             where = Path(item.fspath).relative_to(root).as_posix()
         except ValueError:
             where = ""
-        if where in STDLIB_SUBSET or where.startswith("tests/sqlite/"):
-            item.add_marker(pytest.mark.stdlib_sqlite)
+        if where in LIBRARY_SUBSET or where.startswith("tests/sqlite/"):
+            item.add_marker(pytest.mark.pysqlite3_leg)
     collected = {suite_test_name(item) for item in items if hasattr(item, "originalname")}
     vanished = sorted(n for n in POOLER_SUBSET
                       if n not in _subset_seen and n.split("::")[0] in

@@ -51,8 +51,13 @@ class _AliasLoader:
         # classes to our connection, so the store runs on that library here too — one
         # SQLite per process (backends/sqlite/library.py, docs/operations.md).
         from hermes_store.backends.sqlite import library
+        from hermes_store.errors import SQLiteLibraryError
 
-        library.prefer("sqlite3", "hermes-agent opens state.db with the standard library's sqlite3")
+        try:
+            library.use("sqlite3", why="hermes-agent opens state.db with the standard "
+                                       "library's sqlite3")
+        except SQLiteLibraryError as exc:  # a store of this process opened first
+            library.log.warning("%s", exc)
         return importlib.import_module(TARGET)
 
     def exec_module(self, module):

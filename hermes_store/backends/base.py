@@ -184,9 +184,10 @@ class Backend:
         already ended the connection's session; None on the usual path."""
         return None
 
-    def checkpoint(self, engine: Engine, mode: str, label: object) -> tuple | None:
+    def checkpoint(self, engine: Engine, label: object) -> tuple | None:
         """Copy the write-ahead log back into the database (best effort, failures
-        logged); None where the engine does this on its own."""
+        logged; SQLite: only under the writer lock, decision D19); None where it was
+        skipped or the engine does this on its own."""
         return None
 
     def vacuum(self, engine: Engine, label: object) -> None:

@@ -62,7 +62,7 @@ class MaintenanceMixin(RepositoryBase):
             raise StoreReadOnlyError(self.target)
         self._units.check()  # a replaced file is not rewritten
         optimized = self.optimize_fts()
-        self._units.checkpoint("PASSIVE")
+        self._units.checkpoint()
         self._backend.vacuum(self._engine, self.target)
         return optimized
 

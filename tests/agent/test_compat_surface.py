@@ -381,11 +381,14 @@ def test_an_agent_process_runs_the_store_on_the_agents_own_sqlite3():
     env = {k: v for k, v in os.environ.items() if k != "HERMES_STATE_SQLITE_MODULE"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
-    assert out == ["sqlite3", "preferred"]
+    assert out == ["sqlite3", "argument"]
     try:
         import pysqlite3  # noqa: F401
     except ImportError:
         return
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         env={**env, "HERMES_STATE_SQLITE_MODULE": "pysqlite3"}).stdout.split()
-    assert out == ["pysqlite3", "environment"]
+    # an agent process opens state.db with the standard library's sqlite3 itself: the
+    # opt-in is overridden there, with a warning (decision D19)
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**env, "HERMES_STATE_SQLITE_MODULE": "pysqlite3"})
+    assert run.stdout.split() == ["sqlite3", "argument"]
+    assert "HERMES_STATE_SQLITE_MODULE=pysqlite3 is overridden" in run.stderr

@@ -1,6 +1,6 @@
-"""Which SQLite library the store runs on (``backends.sqlite.library``): by default one
-with the WAL-reset fix where it is installed, the standard library's when asked (the
-stdlib leg), a clear error naming the library when it cannot run the head schema."""
+"""Which SQLite library the store runs on (``backends.sqlite.library``, decision D19): by
+default the standard library's, pysqlite3 only when the environment or the host's code
+asks for it, a clear error naming the library when it cannot run the head schema."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _in_child(env_value: str | None, store: str | None = None) -> dict:
             "except Exception as exc:\n"
             "    print(json.dumps({'error': type(exc).__name__, 'message': str(exc)})); sys.exit()\n"
             "print(json.dumps(dict(lib.as_dict(), module=lib.module.__name__,\n"
-            "                      stdlib_loaded='sqlite3' in sys.modules)))\n")
+            "                      stdlib_loaded='sqlite3' in sys.modules,\n"
+            "                      pysqlite3_loaded='pysqlite3' in sys.modules)))\n")
     out = subprocess.run([sys.executable, "-c", code, *([store] if store else [])], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
@@ -51,15 +52,51 @@ def _has_pysqlite3() -> bool:
     return True
 
 
-@pytest.mark.skipif(not _has_pysqlite3(), reason="pysqlite3 has no wheel for this platform")
-def test_a_clean_install_runs_on_a_fixed_library(tmp_path):
+def test_a_clean_install_runs_on_the_standard_library(tmp_path):
+    import sqlite3
+
     got = _in_child(None, str(tmp_path / "state.db"))
-    assert got["name"] == "pysqlite3" and got["module"] == "pysqlite3.dbapi2"
-    assert got["wal_reset_fix"] is True and got["advice"] is None
-    assert tuple(map(int, got["sqlite_version"].split("."))) >= WAL_RESET_FIX
-    # after a store wrote and searched, the standard library's copy of SQLite is not
-    # even imported (two copies of SQLite in one process drop each other's POSIX locks)
+    assert (got["name"], got["module"], got["chosen_by"]) == ("sqlite3", "sqlite3", "default")
+    assert got["sqlite_version"] == sqlite3.sqlite_version
+    fixed = got["wal_reset_fix"]
+    assert got["wal_reset_race_closed_by"] == ("fixed library" if fixed else
+                                               "writer-locked checkpoints")
+    # pysqlite3 is installed here (the test extra), yet a store that wrote and searched
+    # never imported it: one SQLite per process
+    assert got["pysqlite3_loaded"] is False
+
+
+@pytest.mark.skipif(not _has_pysqlite3(), reason="pysqlite3 has no wheel for this platform")
+def test_the_environment_opts_in_to_pysqlite3(tmp_path):
+    got = _in_child("pysqlite3", str(tmp_path / "state.db"))
+    assert (got["name"], got["module"], got["chosen_by"]) == (
+        "pysqlite3", "pysqlite3.dbapi2", "environment")
+    assert got["wal_reset_fix"] is True and got["wal_reset_race_closed_by"] == "fixed library"
     assert got["stdlib_loaded"] is False
+
+
+@pytest.mark.skipif(not _has_pysqlite3(), reason="pysqlite3 has no wheel for this platform")
+def test_the_hosts_code_chooses_and_wins_over_the_environment(tmp_path):
+    code = ("import json, sys, hermes_store\n"
+            "hermes_store.use_sqlite_library(sys.argv[2])\n"
+            "with hermes_store.SessionDB(sys.argv[1]) as db:\n"
+            "    db.create_session('s', source='cli')\n"
+            "hermes_store.use_sqlite_library(sys.argv[2])  # the same again: no-op\n"
+            "other = 'sqlite3' if sys.argv[2] == 'pysqlite3' else 'pysqlite3'\n"
+            "try:\n"
+            "    hermes_store.use_sqlite_library(other)\n"
+            "except hermes_store.SQLiteLibraryError as exc:\n"
+            "    late = str(exc)\n"
+            "from hermes_store.backends.sqlite.library import library\n"
+            "print(json.dumps([library().name, library().chosen_by, late]))\n")
+    for chosen, env_value in (("pysqlite3", "sqlite3"), ("sqlite3", "pysqlite3")):
+        env = {**os.environ, ENV: env_value}
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"{chosen}.db"), chosen],
+                             env=env, capture_output=True, text=True, check=True)
+        name, chosen_by, late = json.loads(out.stdout)
+        assert (name, chosen_by) == (chosen, "argument")
+        assert "too late" in late and "before the first store opens" in late
+        assert f"{ENV}={env_value} is overridden" in out.stderr
 
 
 def test_the_environment_picks_the_standard_library():
@@ -68,10 +105,6 @@ def test_the_environment_picks_the_standard_library():
     got = _in_child("sqlite3")
     assert (got["name"], got["module"], got["chosen_by"]) == ("sqlite3", "sqlite3", "environment")
     assert got["sqlite_version"] == sqlite3.sqlite_version
-    fixed = sqlite3.sqlite_version_info >= WAL_RESET_FIX
-    assert got["wal_reset_fix"] is fixed
-    if not fixed:  # 3.40.1 here: says it is affected and what to install
-        assert "WAL-reset bug" in got["advice"] and "pip install 'pysqlite3" in got["advice"]
 
 
 @pytest.mark.parametrize(("value", "words"), [
@@ -86,8 +119,8 @@ def test_an_unknown_library_name_is_refused(value, words):
 def test_the_running_process_reports_what_it_runs_on():
     lib = lib_mod.library()
     wanted = os.environ.get(ENV)
-    if wanted:  # the stdlib leg must really run on the standard library
-        assert lib.name == wanted
+    # the pysqlite3 leg must really run on pysqlite3, every other run on the default
+    assert lib.name == (wanted or lib_mod.DEFAULT)
     assert lib.module.sqlite_version_info == lib.version
     assert lib_mod.dbapi() is lib.module
     conn = lib_mod.connect(":memory:")
@@ -119,23 +152,26 @@ def test_a_library_without_fts5_is_a_clear_error_naming_it(monkeypatch):
     fake = _NoVirtualTables(lib_mod.dbapi())
     missing = lib_mod._missing(fake)
     assert missing == "FTS5, the FTS5 trigram tokenizer"
-    lacking = Library("sqlite3", types.ModuleType("sqlite3"), (3, 40, 1), "automatic", missing)
+    lacking = Library("sqlite3", types.ModuleType("sqlite3"), (3, 40, 1), "default", missing)
     monkeypatch.setattr(lib_mod, "library", lambda: lacking)
     with pytest.raises(SQLiteLibraryError) as err:
         lib_mod.check_capabilities()
     text = str(err.value)
-    assert "sqlite3 (SQLite 3.40.1, affected by the WAL-reset bug)" in text
-    assert "lacks FTS5, the FTS5 trigram tokenizer" in text and "pip install" in text
+    assert "sqlite3 (SQLite 3.40.1, without the WAL-reset fix)" in text
+    assert "lacks FTS5, the FTS5 trigram tokenizer" in text and "hermes_store[pysqlite3]" in text
 
 
 @pytest.mark.parametrize(("version", "fixed"), [
     ((3, 40, 1), False), ((3, 51, 2), False), ((3, 51, 3), True), ((3, 52, 0), True),
     ((3, 53, 4), True), ((4, 0, 0), True),
+    # the backports: 3.44.6 and 3.50.7 have it, their lines' earlier releases do not
+    ((3, 44, 5), False), ((3, 44, 6), True), ((3, 44, 9), True), ((3, 45, 0), False),
+    ((3, 50, 6), False), ((3, 50, 7), True), ((3, 51, 0), False),
 ])
 def test_which_versions_have_the_fix(version, fixed):
-    lib = Library("x", types.ModuleType("x"), version, "automatic")
+    lib = Library("x", types.ModuleType("x"), version, "default")
     assert lib.has_wal_reset_fix is fixed
-    assert (lib.advice() is None) is fixed
+    assert lib.race_guard == ("fixed library" if fixed else "writer-locked checkpoints")
 
 
 def test_integrity_problems_keep_full_text_index_lines_apart(tmp_path):

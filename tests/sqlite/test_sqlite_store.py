@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from hermes_store import SessionDB
 from hermes_store.backends.sqlite import filesystem, journal
-from hermes_store.backends.sqlite.library import WAL_RESET_FIX, connect, library
+from hermes_store.backends.sqlite.library import connect, library
 from hermes_store.cli import app
 from hermes_store.errors import StoreReplacedError
 
@@ -169,19 +169,18 @@ def test_status_reports_the_library_its_version_and_the_fix(tmp_path):
     got = json.loads(output)["sqlite_library"]
     lib = library()
     assert got["name"] == lib.name and got["sqlite_version"] == lib.version_text
-    assert got["wal_reset_fix"] is (lib.version >= WAL_RESET_FIX)
-    if os.environ.get("HERMES_STATE_SQLITE_MODULE") is None:
-        try:
-            import pysqlite3  # noqa: F401
-        except ImportError:
-            pass
-        else:  # a clean install where the wheel exists: a fixed library
-            assert got["name"] == "pysqlite3" and got["wal_reset_fix"] is True
+    assert got["wal_reset_fix"] is lib.has_wal_reset_fix
+    assert got["chosen_by"] == lib.chosen_by
+    assert got["wal_reset_race_closed_by"] == ("fixed library" if lib.has_wal_reset_fix
+                                               else "writer-locked checkpoints")
+    if os.environ.get("HERMES_STATE_SQLITE_MODULE") is None:  # one SQLite per process
+        assert (got["name"], got["chosen_by"]) == ("sqlite3", "default")
     code, output = _cli("--db", path, "status")
     line = next(x for x in output.splitlines() if x.startswith("sqlite "))
     assert lib.version_text in line and lib.name in line
-    if not lib.has_wal_reset_fix:
-        assert "affected by the WAL-reset bug" in line and "pip install" in " ".join(output.split())
+    words = " ".join(output.split())
+    assert f"chosen by {lib.chosen_by}" in words
+    assert f"WAL-reset race closed by {lib.race_guard}" in words
 
 
 # --------------------------------------------------------------------------- replaced files

@@ -156,10 +156,10 @@ class SQLiteBackend(Backend):
 
     # ------------------------------------------------------------------ units
 
-    def checkpoint(self, engine, mode, label):
+    def checkpoint(self, engine, label):
         from .engine import checkpoint
 
-        return checkpoint(engine, mode, label)
+        return checkpoint(engine, label)
 
     def vacuum(self, engine, label) -> None:
         from .engine import vacuum

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import sqlalchemy as sa
 
-from ...connections import BEGIN_MODE, writer
+from ...connections import BEGIN_MODE, autocommit, writer
 from ..base import CopySide
 
 #: SQLite storage classes (``typeof``) a strictly typed column of each declared type holds
@@ -57,9 +57,9 @@ class SQLiteCopySide(CopySide):
 
     def close(self, engine, target, *, writable: bool) -> None:
         if writable and target.path.exists():
-            with contextlib.suppress(sa.exc.DBAPIError), engine.connect() as conn:
-                conn = conn.execution_options(**{BEGIN_MODE: None})
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            from .engine import checkpoint
+
+            checkpoint(autocommit(engine), target.display)
         engine.dispose()
 
     @contextlib.contextmanager

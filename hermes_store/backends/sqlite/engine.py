@@ -68,7 +68,6 @@ def create_engine(
     mode) — a store never switches files by itself.
     """
     lib = _library.check_capabilities()
-    _library.warn_if_affected()
     plan = None
     if journal_mode is not None and not read_only:
         plan = _journal.plan(path, None if journal_mode == AUTO else journal_mode)
@@ -94,6 +93,8 @@ def create_engine(
         cur = dbapi_conn.cursor()
         try:
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            # Only ``checkpoint`` below checkpoints, under the writer lock (D19).
+            cur.execute("PRAGMA wal_autocheckpoint=0")
             cur.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
             if not read_only:
                 # FULL: a commit that returned survives power loss (upstream's setting).
@@ -125,18 +126,40 @@ def _on_begin(conn: sa.Connection) -> None:
     # statement has now joined: SQLAlchemy only takes note of it
 
 
-def checkpoint(engine: Engine, mode: str, label: object) -> tuple | None:
-    """``PRAGMA wal_checkpoint(mode)`` on an autocommit engine: copy WAL frames back
-    into the database without waiting for readers (PASSIVE).
+def checkpoint(engine: Engine, label: object) -> tuple | None:
+    """The store's WAL checkpoint: ``(busy, log frames, checkpointed frames)``, or None
+    when it was skipped. ``engine`` is an autocommit engine (no BEGIN of its own).
 
-    Best effort by design (a busy checkpoint just happens next time), but a failure is
-    logged, never hidden.
+    It runs only while the database's writer lock is held for its whole run (decision
+    D19), so that no other connection can commit — and restart the WAL — while it
+    copies frames back: that commit is the third party of the WAL-reset race of SQLite
+    3.7.0-3.51.2 (sqlite.org/wal.html#walresetbug). Asking SQLite for a FULL checkpoint
+    is not enough: when a FULL/RESTART/TRUNCATE checkpoint cannot get the writer lock it
+    silently carries on as a PASSIVE one, without it (``wal.c``,
+    ``sqlite3WalCheckpoint``). So a second connection takes the lock first (``BEGIN
+    IMMEDIATE``, within the busy timeout), the PASSIVE checkpoint runs on the first, and
+    the lock is released by ROLLBACK (a connection cannot checkpoint inside its own
+    transaction). When the lock cannot be had the checkpoint is skipped: it happens
+    next time, and the store's connections never checkpoint on their own
+    (``wal_autocheckpoint=0``). Best effort by design, but a failure is logged, never
+    hidden.
     """
     try:
-        with engine.connect() as conn:
-            return tuple(conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})").one())
+        with engine.connect() as holder:
+            try:
+                holder.exec_driver_sql("BEGIN IMMEDIATE")
+            except sa.exc.OperationalError as exc:
+                if not is_busy_error(exc):
+                    raise
+                log.debug("WAL checkpoint of %s skipped: another writer holds the lock", label)
+                return None
+            try:
+                with engine.connect() as conn:
+                    return tuple(conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one())
+            finally:
+                holder.exec_driver_sql("ROLLBACK")
     except sa.exc.DBAPIError as exc:
-        log.warning("WAL checkpoint (%s) of %s failed: %s", mode, label, exc)
+        log.warning("WAL checkpoint of %s failed: %s", label, exc)
         return None
 
 

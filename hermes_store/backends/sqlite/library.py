@@ -1,32 +1,35 @@
 """Which SQLite library the store runs on: the one source of truth for "which sqlite3".
 
-SQLite 3.7.0 through 3.51.2 can corrupt a WAL database when two connections checkpoint
-back to back while a third commits (the WAL-reset bug, fixed in 3.51.3, 2026-03-13:
-sqlite.org/wal.html#walresetbug). A store's normal life is exactly that: several
-processes writing, each checkpointing every 50 units. The interpreter's ``sqlite3``
-links whatever SQLite the OS ships (3.40.1 on Debian 12), so by default the store runs
-on ``pysqlite3`` (a dependency where a wheel with a fixed SQLite exists: 0.6.1 bundles
-3.53.4 with FTS5 and the trigram tokenizer) and on the standard library elsewhere.
+**One SQLite per process, and by default it is the interpreter's** (decision D19). A
+library cannot know what else its host process does with ``state.db``: an admin script,
+a plugin, a notebook or the agent itself may open the file with ``import sqlite3``. Two
+copies of SQLite in one process keep two tables of POSIX locks, and closing a file in
+one drops the locks the other holds (sqlite.org/howtocorrupt.html §2.2.1): measured with
+the store on ``pysqlite3`` beside a host's ``sqlite3``, every write returned success and
+some were missing from the file after close. So the store runs on the standard
+library's ``sqlite3`` unless the host chooses otherwise for a process it owns whole:
+
+* in code, :func:`use` (``hermes_store.use_sqlite_library("pysqlite3")``), before the
+  first store opens: ``chosen_by == "argument"``; it wins over the environment;
+* ``HERMES_STATE_SQLITE_MODULE=pysqlite3`` (or ``sqlite3``): ``chosen_by ==
+  "environment"``;
+* otherwise ``sqlite3``: ``chosen_by == "default"``. ``pysqlite3`` is the optional extra
+  ``hermes_store[pysqlite3]``; a base install never imports it.
+
+SQLite 3.7.0 through 3.51.2 has the WAL-reset bug (sqlite.org/wal.html#walresetbug;
+fixed in 3.51.3 and in the backports 3.44.6 and 3.50.7). It is closed on an affected
+library by how the store checkpoints, not by the library: see :data:`RACE_CLOSED_BY`
+and ``engine.checkpoint``. :attr:`Library.race_guard` says which of the two applies.
 
 Every module of the package that opens SQLite itself — the engine (SQLAlchemy's pysqlite
 dialect, given this module), the probes, migrations, recovery, repairs — asks
-``dbapi()``. That is not only tidiness: two SQLite libraries in one process keep two
-separate tables of POSIX locks, and closing a file in one drops the locks the other
-holds on it (sqlite.org/howtocorrupt.html, "multiple copies of SQLite linked into the
-same application").
-
-``HERMES_STATE_SQLITE_MODULE`` picks one explicitly: ``pysqlite3`` or ``sqlite3`` (the
-standard library; what CI's stdlib leg runs). Unset, a process that shares its files
-with code of its own on one library says so first (``prefer``: hermes-agent opens
-``state.db`` with the standard library's ``sqlite3`` too, so the switch asks for
-it); otherwise the first of ``pysqlite3``, ``sqlite3`` that can run the head schema
-(FTS5, trigram, JSON) and has the fix wins; when none has it, the newest capable one.
+``dbapi()`` or :func:`connect`.
 
 ``library() -> Library``  the chosen library (name, module, version, fix, how chosen)
 ``dbapi()``               its DB-API module (``connect``, ``Error``, ``OperationalError``…)
-``connect(database, **kwargs)``  a raw connection from it
-``check_capabilities(conn=None)``  raise ``SQLiteLibraryError`` naming the library when
-                          FTS5, the trigram tokenizer or JSON functions are missing
+``connect(database, **kwargs)``  a raw connection from it, automatic checkpoints off
+``check_capabilities()``  raise ``SQLiteLibraryError`` naming the library when FTS5, the
+                          trigram tokenizer or JSON functions are missing
 """
 
 from __future__ import annotations
@@ -35,21 +38,38 @@ import functools
 import importlib
 import logging
 import os
+import threading
 from typing import NamedTuple
 from types import ModuleType
 
 log = logging.getLogger("hermes_store.backends.sqlite")
 
-#: picks the library: "pysqlite3" or "sqlite3"; unset = automatic
+#: picks the library: "pysqlite3" or "sqlite3"; unset = the standard library's
 ENV = "HERMES_STATE_SQLITE_MODULE"
+#: the library a process runs on when neither code nor the environment chooses
+DEFAULT = "sqlite3"
 #: the first SQLite release with the WAL-reset fix
 WAL_RESET_FIX = (3, 51, 3)
-#: what to install on an affected library (the environment marker in pyproject.toml
-#: gives it to platforms with a wheel)
-INSTALL_HINT = "pip install 'pysqlite3>=0.6.1'"
+#: older release lines that got the fix as a backport: (line, first fixed release)
+WAL_RESET_BACKPORTS = (((3, 44), (3, 44, 6)), ((3, 50), (3, 50, 7)))
+#: how the store closes the WAL-reset race on a library, by whether it has the fix
+RACE_CLOSED_BY = {True: "fixed library", False: "writer-locked checkpoints"}
+#: what installs the opt-in library
+EXTRA_HINT = "pip install 'hermes_store[pysqlite3]'"
 #: name -> the module that holds its DB-API
 _MODULES = {"pysqlite3": "pysqlite3.dbapi2", "sqlite3": "sqlite3"}
-_AUTO_ORDER = ("pysqlite3", "sqlite3")
+#: the hazard of the opt-in, for errors and logs
+HAZARD = ("pysqlite3 is a second copy of SQLite: any code of this process that opens "
+          "state.db with the standard library's sqlite3 makes the two copies drop each "
+          "other's file locks (writes can be lost silently)")
+
+
+def has_wal_reset_fix(version: tuple[int, ...]) -> bool:
+    """Whether a SQLite release has the WAL-reset fix (3.51.3+, or a backport)."""
+    version = tuple(version[:3])
+    if version >= WAL_RESET_FIX:
+        return True
+    return any(version[:2] == line and version >= first for line, first in WAL_RESET_BACKPORTS)
 
 
 class Library(NamedTuple):
@@ -58,8 +78,8 @@ class Library(NamedTuple):
     name: str
     module: ModuleType
     version: tuple[int, ...]
-    #: "environment" (``HERMES_STATE_SQLITE_MODULE``), "preferred" (``prefer``) or
-    #: "automatic"
+    #: "argument" (:func:`use`), "environment" (``HERMES_STATE_SQLITE_MODULE``) or
+    #: "default"
     chosen_by: str
     #: what the head schema needs and this library lacks ("" when it has everything)
     missing: str = ""
@@ -70,31 +90,29 @@ class Library(NamedTuple):
 
     @property
     def has_wal_reset_fix(self) -> bool:
-        return tuple(self.version[:3]) >= WAL_RESET_FIX
+        return has_wal_reset_fix(self.version)
 
-    def advice(self) -> str | None:
-        """What to do on an affected library (None on a fixed one)."""
-        if self.has_wal_reset_fix:
-            return None
-        fixed = ".".join(map(str, WAL_RESET_FIX))
-        return (f"SQLite {self.version_text} (through {self.name}) has the WAL-reset bug "
-                f"(fixed in {fixed}): {INSTALL_HINT}, or a Python linked with SQLite "
-                f"{fixed} or newer; until then the store keeps WAL (see docs/operations.md)")
+    @property
+    def race_guard(self) -> str:
+        """How the WAL-reset race is closed here: "fixed library" or "writer-locked
+        checkpoints" (the store's checkpoints hold the writer lock for their whole run
+        and its connections never checkpoint on their own)."""
+        return RACE_CLOSED_BY[self.has_wal_reset_fix]
 
     def describe(self) -> str:
-        """``pysqlite3 (SQLite 3.53.4, has the WAL-reset fix)``"""
-        state = "has the WAL-reset fix" if self.has_wal_reset_fix else "affected by the WAL-reset bug"
-        return f"{self.name} (SQLite {self.version_text}, {state})"
+        """``sqlite3 (SQLite 3.40.1, WAL-reset race closed by writer-locked checkpoints)``"""
+        fix = "has the WAL-reset fix" if self.has_wal_reset_fix else "without the WAL-reset fix"
+        return f"{self.name} (SQLite {self.version_text}, {fix})"
 
     def summary(self) -> str:
-        """One line for ``status``: what :meth:`describe` says, and what to install."""
-        text = self.describe()
-        return text if self.has_wal_reset_fix else f"{text[:-1]}: {INSTALL_HINT})"
+        """One line for ``status``: the library, how it was chosen, how the race is closed."""
+        return (f"{self.describe()}, chosen by {self.chosen_by}; WAL-reset race closed by "
+                f"{self.race_guard}")
 
     def as_dict(self) -> dict:
         return {"name": self.name, "sqlite_version": self.version_text,
-                "wal_reset_fix": self.has_wal_reset_fix, "chosen_by": self.chosen_by,
-                "advice": self.advice(), "summary": self.summary()}
+                "chosen_by": self.chosen_by, "wal_reset_fix": self.has_wal_reset_fix,
+                "wal_reset_race_closed_by": self.race_guard, "summary": self.summary()}
 
 
 def _import(name: str) -> ModuleType | None:
@@ -124,28 +142,48 @@ def _missing(module: ModuleType) -> str:
         conn.close()
 
 
-def _library(name: str, module: ModuleType, chosen_by: str) -> Library:
-    return Library(name, module, tuple(module.sqlite_version_info), chosen_by, _missing(module))
+#: the name :func:`use` chose, and why
+_chosen_in_code: tuple[str, str] | None = None
+_choice_lock = threading.Lock()
 
 
-#: ``prefer``'s (name, why), consulted when ``HERMES_STATE_SQLITE_MODULE`` is unset
-_preferred: tuple[str, str] | None = None
+def _check_name(name: str, source: str) -> None:
+    from ...errors import SQLiteLibraryError
 
-
-def prefer(name: str, why: str) -> None:
-    """Run this process on ``name`` unless ``HERMES_STATE_SQLITE_MODULE`` names one: for a
-    process whose own code opens the store's files with that library (two libraries in
-    one process drop each other's locks on a shared file). Call it before the store is
-    first used; later, a different choice already made is only logged."""
-    global _preferred
     if name not in _MODULES:
-        raise ValueError(f"no SQLite library named {name!r}: use {' or '.join(_MODULES)}")
-    _preferred = (name, why)
-    if library.cache_info().currsize and not os.environ.get(ENV, "").strip():
-        chosen = library()
-        if chosen.name != name:
-            log.warning("hermes_store already runs on %s in this process; %s was asked for "
-                        "too late (%s)", chosen.name, name, why)
+        raise SQLiteLibraryError(
+            f"{source}={name!r} names no SQLite library hermes_store knows: use "
+            f"{' or '.join(_MODULES)}")
+
+
+def use(name: str, *, why: str = "") -> None:
+    """Run this process's stores on ``name`` ("sqlite3" or "pysqlite3"), whatever
+    ``HERMES_STATE_SQLITE_MODULE`` says. Call it before the first store opens.
+
+    Choose ``pysqlite3`` only for a process you own whole: if any code in it opens
+    ``state.db`` with the standard library's ``sqlite3``, the two copies of SQLite drop
+    each other's file locks (docs/operations.md, "Which SQLite"). Once a store has
+    opened, asking for another library raises ``SQLiteLibraryError``; asking for the
+    one in use is a no-op."""
+    global _chosen_in_code
+    from ...errors import SQLiteLibraryError
+
+    _check_name(name, "use_sqlite_library")
+    with _choice_lock:
+        if library.cache_info().currsize:
+            current = library()
+            if current.name != name:
+                raise SQLiteLibraryError(
+                    f"hermes_store already runs on {current.describe()} in this process "
+                    f"(chosen by {current.chosen_by}); {name} was asked for too late"
+                    f"{f' ({why})' if why else ''}: choose the library before the first "
+                    "store opens")
+            return
+        env = os.environ.get(ENV, "").strip()
+        if env and env != name:
+            log.warning("%s=%s is overridden: this process runs on %s%s", ENV, env, name,
+                        f" ({why})" if why else "")
+        _chosen_in_code = (name, why)
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,35 +191,24 @@ def library() -> Library:
     """The library this process runs on, chosen once (see the module docstring)."""
     from ...errors import SQLiteLibraryError
 
-    wanted = os.environ.get(ENV, "").strip()
-    chosen_by = "environment"
-    if not wanted and _preferred is not None:
-        wanted, chosen_by = _preferred[0], "preferred"
-    if wanted:
-        if wanted not in _MODULES:
-            raise SQLiteLibraryError(
-                f"{ENV}={wanted!r} names no SQLite library hermes_store knows: use "
-                f"{' or '.join(_MODULES)}, or unset it"
-            )
-        module = _import(wanted)
-        if module is None:
-            raise SQLiteLibraryError(
-                f"{ENV}={wanted} but {wanted} cannot be imported here: {INSTALL_HINT}, or unset {ENV}"
-            )
-        return _library(wanted, module, chosen_by)
-    found = []
-    for name in _AUTO_ORDER:  # lazily: the standard library's is not imported needlessly
-        module = _import(name)
-        if module is None:
-            continue
-        lib = _library(name, module, "automatic")
-        if not lib.missing and lib.has_wal_reset_fix:
-            return lib
-        found.append(lib)
-    if not found:  # pragma: no cover - the standard library always has one
-        raise SQLiteLibraryError(f"no SQLite library can be imported: {INSTALL_HINT}")
-    capable = [lib for lib in found if not lib.missing] or found
-    return max(capable, key=lambda lib: lib.version)  # ties: the earlier (pysqlite3)
+    if _chosen_in_code is not None:
+        name, chosen_by = _chosen_in_code[0], "argument"
+    else:
+        name, chosen_by = os.environ.get(ENV, "").strip(), "environment"
+        if name:
+            _check_name(name, ENV)
+        else:
+            name, chosen_by = DEFAULT, "default"
+    module = _import(name)
+    if module is None:
+        raise SQLiteLibraryError(
+            f"{name} was chosen ({chosen_by}) but cannot be imported here: {EXTRA_HINT}, "
+            f"or choose sqlite3 (unset {ENV})")
+    lib = Library(name, module, tuple(module.sqlite_version_info), chosen_by,
+                  _missing(module))
+    if name != "sqlite3":
+        log.info("hermes_store runs on %s; %s", lib.describe(), HAZARD)
+    return lib
 
 
 def dbapi() -> ModuleType:
@@ -189,12 +216,24 @@ def dbapi() -> ModuleType:
     return library().module
 
 
+def connect(database, **kwargs):
+    """A raw connection from the chosen library (``sqlite3.connect``'s arguments), with
+    SQLite's automatic checkpoints off: a checkpoint that runs without the writer lock
+    can meet the WAL-reset race on an affected library, so the store's connections only
+    ever checkpoint through ``engine.checkpoint`` (decision D19)."""
+    conn = dbapi().connect(database, **kwargs)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    return conn
+
+
 class _ChosenModule:
     """``sqlite3`` for a module's own use, resolved on first use (so importing the
     package never chooses, nor fails on a bad ``HERMES_STATE_SQLITE_MODULE``): every
-    attribute is the chosen library's (``connect``, ``Error``, ``Row``…)."""
+    attribute is the chosen library's (``Error``, ``Row``…), and ``connect`` is
+    :func:`connect`."""
 
     __slots__ = ()
+    connect = staticmethod(connect)
 
     def __getattr__(self, name: str):
         return getattr(dbapi(), name)
@@ -207,20 +246,6 @@ class _ChosenModule:
 SQLITE = _ChosenModule()
 
 
-def connect(database, **kwargs):
-    """A raw connection from the chosen library (``sqlite3.connect``'s arguments)."""
-    return dbapi().connect(database, **kwargs)
-
-
-@functools.lru_cache(maxsize=None)
-def warn_if_affected() -> None:
-    """Log once per process when the library has the WAL-reset bug (the store still
-    runs, in WAL: see docs/operations.md, "Which SQLite")."""
-    advice = library().advice()
-    if advice:
-        log.warning("%s", advice)
-
-
 def check_capabilities() -> Library:
     """The chosen library, or ``SQLiteLibraryError`` naming it and what it lacks."""
     from ...errors import SQLiteLibraryError
@@ -229,8 +254,9 @@ def check_capabilities() -> Library:
     if lib.missing:
         raise SQLiteLibraryError(
             f"the SQLite library {lib.describe()} lacks {lib.missing}, which the store's "
-            f"full-text search needs: {INSTALL_HINT} (or use a Python whose sqlite3 has "
-            "FTS5 with the trigram tokenizer)"
+            f"full-text search needs: use a Python whose sqlite3 has FTS5 with the "
+            f"trigram tokenizer (SQLite 3.34+), or {EXTRA_HINT} in a process that "
+            "opens state.db only through the store"
         )
     return lib
 

@@ -46,13 +46,15 @@ class SQLiteFiles:
 
 
 def _library_finding() -> tuple[str, str, str]:
-    """Which SQLite library runs the store here, and whether it has the WAL-reset fix."""
-    from .library import library
+    """Which SQLite library runs the store here, how it was chosen, and how the
+    WAL-reset race is closed on it; the opt-in library's hazard in words."""
+    from .library import DEFAULT, HAZARD, library
 
     lib = library()
-    if lib.has_wal_reset_fix:
-        return ("sqlite", "ok", lib.describe())
-    return ("sqlite", "warning", lib.advice())
+    detail = lib.summary()
+    if lib.name != DEFAULT:
+        detail += f". {HAZARD}: keep it to a process that opens state.db only through the store"
+    return ("sqlite", "ok", detail)
 
 
 def _journal_finding(path, mode: str | None) -> tuple[str, str, str]:
