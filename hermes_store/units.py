@@ -94,6 +94,10 @@ class RetryPolicy:
     #: a WAL checkpoint (under the writer lock) after this many successful write units
     #: (0 = never)
     checkpoint_every: int = 50
+    #: while the last checkpoint left the log this long (frames; SQLite's own automatic
+    #: threshold), one runs after every unit instead: the log restarts from its start
+    #: only at a write that follows a complete checkpoint, so a busy log needs them often
+    checkpoint_backlog: int = 1000
     #: seconds a call keeps trying after its connection was lost (a server restart, a
     #: failover, the network; a file has no connection to lose): a read is re-run on a
     #: fresh connection, a write unit lost before COMMIT was sent too (decision D16)
@@ -178,6 +182,9 @@ class WriteUnits:
         self._lock = threading.RLock() if backend.serializes_units else None
         self._local = _ThreadUnits()
         self.committed = 0
+        #: units committed since the last checkpoint, and whether that one left a backlog
+        self._since_checkpoint = 0
+        self._log_backlog = False
         #: busy retries seen since creation (load tests and benchmarks report it)
         self.retries = 0
         #: units whose COMMIT was on its way when the connection was lost, and whose
@@ -250,9 +257,13 @@ class WriteUnits:
                 continue
             self.committed += 1
             self._local.commits += 1
-            if backend.checkpoints and policy.checkpoint_every \
-                    and self.committed % policy.checkpoint_every == 0:
-                self.checkpoint()
+            if backend.checkpoints and policy.checkpoint_every:
+                self._since_checkpoint += 1
+                if self._log_backlog or self._since_checkpoint >= policy.checkpoint_every:
+                    self._since_checkpoint = 0
+                    done = self.checkpoint()
+                    if done is not None:  # (busy, frames in the log, frames copied back)
+                        self._log_backlog = done[1] >= policy.checkpoint_backlog
             return result
 
     def _settle(self, doubt: "_CommitInDoubt", outage: Outage) -> str:
