@@ -23,10 +23,10 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from .... import errors, telegram_schema
-from ....connections import BEGIN_MODE, writer
+from ....connections import BEGIN_MODE, autocommit, writer
 from ....migrate.scripts import head, read_only_command, significant_only
 from ....migrate.topics import include_telegram_topics_name, write_telegram_topic_meta
-from ..engine import create_engine
+from ..engine import checkpoint, create_engine
 from ..errors import sqlite_errors
 from ..fileops import create_private_file, migration_lock
 from .adopt import adopt
@@ -137,6 +137,9 @@ class _Chain:
             try:
                 with engine.connect() as connection:
                     self.run_on_connection(context, connection, path)
+                # its connections never checkpoint on their own (D19): a rebuilt index
+                # is copied back now, under the writer lock, not left in the log
+                checkpoint(autocommit(engine), path)
             finally:
                 engine.dispose()
 
