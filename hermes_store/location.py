@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from .errors import DatabaseURLError, UnsupportedBackendError
-from .paths import default_db_path
+from .paths import default_db_path, expand_home
 from .patterns import LazyPattern
 
 #: names a URL when no path or URL is given (the name upstream's PR #88889 uses)
@@ -151,7 +151,7 @@ def resolve(given: Given = None) -> Target:
 
 
 def _sqlite(path: Path, *, source: str) -> Target:
-    path = Path(path).expanduser().absolute()
+    path = expand_home(path).absolute()  # only ~ and ~/ mean home (paths.expand_home)
     if any(_SCHEME_COMPONENT.match(part) for part in path.parts):
         raise DatabaseURLError(
             f"{mask(str(path))} looks like a database URL that was turned into a file path "

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 import sqlalchemy as _sa
 
 from hermes_store.paths import DB_FILENAME as _DB_FILENAME
+from hermes_store.paths import expand_home as _expand_home
 from hermes_store.paths import hermes_home as _env_home
 from hermes_store.startup import collector_paused as _collector_paused
 
@@ -77,8 +78,7 @@ def _server_url() -> str | None:
 
 
 def _same_file(a, b) -> bool:
-    return os.path.realpath(os.path.expanduser(os.fspath(a))) == \
-        os.path.realpath(os.path.expanduser(os.fspath(b)))
+    return os.path.realpath(_expand_home(a)) == os.path.realpath(_expand_home(b))
 
 
 def _names_default_file(path) -> bool:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..paths import expand_home
 from ._finder import AGENT_DIST, NAME, OPT_OUT, TARGET, TESTED_AGENT_VERSIONS
 HOOK_FILE = "hermes_store_agent.pth"
 #: the first line of the hook: how `disable` and `status` know the file is ours
@@ -362,7 +363,7 @@ def agent_home(environ=os.environ) -> tuple[Path, str]:
     ``~/.hermes``), or the profile that ``<root>/active_profile`` names (as hermes-agent
     0.19.0 picks it at start-up)."""
     given = environ.get("HERMES_HOME", "").strip()
-    root = Path(given).expanduser() if given else Path.home() / ".hermes"
+    root = expand_home(given) if given else Path.home() / ".hermes"
     if given and root.parent.name == "profiles":
         return root, "HERMES_HOME"
     try:

@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import errors
+from ..paths import expand_home
 from . import output
 from .output import Output
 
@@ -90,7 +91,7 @@ def local_path(what: str, instead: str = "") -> Callable[[str], Path]:
                 f"{mask(value)} is a URL; {what} is a local file path"
                 + (f" ({instead})" if instead else "")
             )
-        return Path(value).expanduser().absolute()
+        return expand_home(value).absolute()
 
     return parse
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import sqlalchemy as sa
@@ -13,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from .. import backends, schema
 from ..connections import writer
 from ..errors import StoreBusyError
+from ..paths import expand_home
 from ..repository.importing import NO_LIMITS, ImportChecker, SessionWriter
 from ..unit_locks import STORE, HeldLocks
 from .files import ImportReport, _detect, _Entry, _events, _Message, _Session, _validate
@@ -32,7 +32,7 @@ def import_file(
     ``batch_size`` messages. ``progress(done_messages, total_messages)`` is called as it
     goes. Returns an ``ImportReport``.
     """
-    path = Path(path).expanduser()
+    path = expand_home(path)
     if not path.is_file():
         raise ImportFileError(f"{path} does not exist or is not a file")
     fmt = _detect(path)

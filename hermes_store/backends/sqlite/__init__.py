@@ -5,7 +5,9 @@ Its modules, each about one thing:
     engine.py     the engine factory, pragmas, the begin hook, checkpoints, VACUUM
     errors.py     SQLite's result codes as the package's errors; what is "busy"
     files.py      a file before it is opened: symlinks, mode bits, the read-only probe
-    fileops.py    creating a file owner-only; the lock schema changes of a file take
+    fileops.py    creating a file owner-only; the lock schema changes of a file take;
+                  copies and digests of a live file, made by a child process
+    uri.py        a path as a SQLAlchemy URL and a SQLite URI filename (any character)
     create.py     a new file at head in one step (head_schema.py: the head's DDL, frozen)
     stamp.py      "is the file at head?" without Alembic
     fts/          the FTS5 layout (ddl), its MATCH route (search), its upkeep (maintenance)
@@ -141,7 +143,9 @@ class SQLiteBackend(Backend):
         return create_engine(target.path, read_only=read_only, journal_mode=None)
 
     def label(self, engine) -> str:
-        return engine.url.database
+        from .uri import path_of
+
+        return path_of(engine.url)
 
     def driver_transactions(self, dialect) -> bool:
         return dialect.driver in self.door_drivers

@@ -16,6 +16,7 @@ from pathlib import Path
 from ...errors import HermesStoreError
 from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
+from .uri import absolute, file_uri
 
 SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -53,8 +54,8 @@ def backup(
     place: ``dest`` is either the old file or a complete backup, never half of one.
     """
     started = time.monotonic()
-    source = Path(source).expanduser().absolute()
-    dest = Path(dest).expanduser().absolute()
+    source = absolute(source)
+    dest = absolute(dest)
     if not source.is_file():
         from ...errors import StoreNotFoundError
 
@@ -69,7 +70,7 @@ def backup(
     for leftover in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
         leftover.unlink(missing_ok=True)
 
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=busy_timeout)
+    src = sqlite3.connect(file_uri(source, mode="ro"), uri=True, timeout=busy_timeout)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)
@@ -135,7 +136,7 @@ class FileHealth:
 def file_health(path: str | os.PathLike, *, quick: bool = False, limit: int = 20) -> FileHealth:
     """``integrity_check`` (or ``quick_check``), ``foreign_key_check`` (violations per
     table), journal mode and free pages, through a read-only connection."""
-    conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=5.0)
+    conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=5.0)
     try:
         problems = integrity(conn, limit, quick=quick)
         violations: dict[str, int] = {}
@@ -165,7 +166,7 @@ def file_health(path: str | os.PathLike, *, quick: bool = False, limit: int = 20
 def journal_mode(path: str | os.PathLike) -> str | None:
     """The file's journal mode, read without changing it (None when unreadable)."""
     try:
-        conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=5.0)
+        conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=5.0)
     except sqlite3.Error:
         return None
     try:

@@ -29,6 +29,7 @@ from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
 from . import journal as _journal
 from . import library as _library
+from .uri import sqlite_url
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +37,6 @@ log = logging.getLogger(__name__)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 #: ``create_engine(journal_mode=AUTO)``: the journal plan decides (``journal.py``)
 AUTO = "auto"
-
-
-def sqlite_url(path: str | os.PathLike, *, read_only: bool = False) -> str:
-    """A SQLAlchemy URL for a file path (read-only opens use SQLite's URI form)."""
-    p = Path(path).expanduser().absolute()
-    if read_only:
-        return f"sqlite+pysqlite:///file:{p}?mode=ro&uri=true"
-    return f"sqlite+pysqlite:///{p}"
 
 
 def create_engine(

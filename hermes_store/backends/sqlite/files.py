@@ -20,6 +20,7 @@ from .errors import is_busy_error
 from .stamp import stamped_at_head
 from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
+from .uri import file_uri
 
 #: a non-empty -wal at open is verified with quick_check up to this database size;
 #: beyond it the full scan would make every open slow, so only the schema is read
@@ -104,7 +105,7 @@ def probe_database(path: str | os.PathLike) -> None:
     """
     from ...errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError
 
-    uri = f"file:{Path(path).absolute()}?mode=ro"
+    uri = file_uri(path, mode="ro")
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
     except sqlite3.Error as exc:

@@ -29,6 +29,8 @@ import os
 from typing import NamedTuple
 from pathlib import Path
 
+from ...paths import expand_home
+
 #: where Linux lists the mounts this process sees
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -187,7 +189,7 @@ def classify(fstype: str, *, kernel: str = "") -> str:
 def resolved_path(path: str | os.PathLike) -> str:
     """``path`` absolute with symlinks resolved; a part that does not exist yet (a store
     about to be created) is kept under its nearest existing parent's real path."""
-    p = Path(path).expanduser().absolute()
+    p = expand_home(path).absolute()
     missing: list[str] = []
     while not p.exists() and p != p.parent:
         missing.append(p.name)

@@ -160,11 +160,12 @@ def convert(path, mode: str) -> tuple[str, str]:
     """
     from ...errors import StoreInUseError, StoreNotFoundError
     from .library import connect, dbapi
+    from .uri import file_uri
 
     mode = normalize(mode)
     if not os.path.exists(path):
         raise StoreNotFoundError(f"{path} does not exist")
-    conn = connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=0)
+    conn = connect(file_uri(path, mode="rw"), uri=True, isolation_level=None, timeout=0)
     try:
         before = _pragma(conn, "PRAGMA journal_mode")
         if before == mode:

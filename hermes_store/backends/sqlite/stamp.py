@@ -7,12 +7,12 @@ migrations (``backends/sqlite/migrate``), which adopt, upgrade or refuse the fil
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ...revisions import head
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from .library import SQLITE as sqlite3
+from .uri import file_uri
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:
@@ -20,7 +20,7 @@ def stamped_at_head(path: str | os.PathLike) -> bool:
     head, and ``schema_version`` one row, its number. Read through a read-only
     connection; any other state (or any error) is False, for ``migrate`` to judge."""
     try:
-        conn = sqlite3.connect(f"file:{Path(path).absolute()}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=1.0)
     except sqlite3.Error:
         return False
     try:

@@ -21,6 +21,7 @@ from ...base import StoreState
 from ..errors import sqlite_errors
 from ..library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from ..library import integrity_problems
+from ..uri import file_uri
 
 
 def _head_number(scripts: ScriptDirectory) -> int:
@@ -107,7 +108,7 @@ def inspect_file(path: str | os.PathLike) -> StoreState:
     if p.stat().st_size == 0:
         return StoreState("empty", None, None, p, writable)
     with sqlite_errors(p):
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(file_uri(p, mode="ro"), uri=True, timeout=1.0)
         try:
             kind, revision, version = classify(
                 lambda sql: conn.execute(sql).fetchall(), scripts(), p
@@ -123,7 +124,7 @@ def verify_sound(path: str | os.PathLike) -> None:
     would spread the damage and write to a file that ``recover`` should read."""
     p = Path(path)
     with sqlite_errors(p):
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(file_uri(p, mode="ro"), uri=True, timeout=1.0)
         try:
             # full-text index drift is not damage: the migrations rebuild the indexes
             problems, _fts = integrity_problems(conn, "quick_check")

@@ -38,6 +38,7 @@ from .inspect import inspect_file
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from ..library import SQLITE as sqlite3
+from ..uri import file_uri
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def inspect_telegram_topics(path: Path) -> TopicsState:
     if inspect_file(path).kind in ("missing", "empty"):
         return TopicsState("absent", None, None)
     with sqlite_errors(path):
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=1.0)
         try:
             return classify_topics(lambda sql: conn.execute(sql).fetchall(), path)
         finally:
