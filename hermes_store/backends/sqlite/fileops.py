@@ -1,14 +1,78 @@
 """What every writer of a file's schema shares, and nothing else: creating the file
 owner-only, and the lock that makes schema changes of one file take turns (migrations,
-the one-step creation of a new file, schema repair). Imports nothing of the package.
+the one-step creation of a new file, schema repair); and reading a live file's bytes.
+Imports nothing of the package.
+
+A live database file, its ``-wal``, ``-shm`` or ``-journal`` is never opened by this
+process's own file calls: closing any descriptor of a file drops every POSIX lock the
+process holds on it, SQLite's included (sqlite.org/howtocorrupt.html §2.2; decision
+D19). Whoever needs its bytes (a repair's backup, a recovery's working copy, a
+fingerprint) asks a child process: :func:`copy_in_child`, :func:`digests_in_child`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
+
+#: the child of :func:`copy_in_child` and :func:`digests_in_child` (no site, no
+#: environment: nothing of the parent's path is imported)
+_CHILD = (
+    "import hashlib, os, shutil, sys\n"
+    "what, args = sys.argv[1], sys.argv[2:]\n"
+    "if what == 'copy':\n"
+    "    for src, dst in zip(args[::2], args[1::2]):\n"
+    "        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)\n"
+    "        with open(src, 'rb') as fin, os.fdopen(fd, 'wb') as fout:\n"
+    "            shutil.copyfileobj(fin, fout, 1 << 20)\n"
+    "            fout.flush()\n"
+    "            os.fsync(fout.fileno())\n"
+    "else:\n"
+    "    for path in args:\n"
+    "        try:\n"
+    "            st = os.stat(path)\n"
+    "            digest = hashlib.sha256()\n"
+    "            with open(path, 'rb') as fh:\n"
+    "                for block in iter(lambda: fh.read(1 << 20), b''):\n"
+    "                    digest.update(block)\n"
+    "            print(st.st_size, st.st_mtime_ns, digest.hexdigest())\n"
+    "        except FileNotFoundError:\n"
+    "            print('-')\n"
+)
+
+
+def _child(what: str, args: Sequence[str | os.PathLike]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable or "python3", "-I", "-S", "-c", _CHILD, what,
+                           *map(os.fspath, args)], capture_output=True, text=True)
+
+
+def copy_in_child(pairs: Sequence[tuple[Path, Path]]) -> subprocess.CompletedProcess:
+    """Byte copies ``src -> dst`` of each pair, made by a child process: each ``dst`` is
+    new (never over a file), owner-only and fsynced. The caller reads ``returncode``
+    and ``stderr`` (and removes what a failed copy left)."""
+    return _child("copy", [x for pair in pairs for x in pair])
+
+
+def digests_in_child(paths: Sequence[Path]) -> list[tuple[int, int, str] | None]:
+    """``(size, mtime_ns, sha256)`` of each file (None where it does not exist), read
+    by a child process. Raises ``OSError`` when the child cannot read them."""
+    done = _child("digest", paths)
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) != len(paths):
+        tail = done.stderr.strip().splitlines()
+        raise OSError(f"cannot read {paths[0]}: {tail[-1] if tail else done.returncode}")
+    out: list[tuple[int, int, str] | None] = []
+    for line in lines:
+        if line == "-":
+            out.append(None)
+        else:
+            size, mtime, digest = line.split()
+            out.append((int(size), int(mtime), digest))
+    return out
 
 
 def create_private_file(path: Path) -> None:
@@ -50,4 +114,4 @@ def migration_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["create_private_file", "migration_lock"]
+__all__ = ["copy_in_child", "create_private_file", "digests_in_child", "migration_lock"]

@@ -7,7 +7,9 @@ head. What it does, in order:
 2. Fingerprints the source and its sidecars, then copies them into a private work
    directory *before SQLite opens anything*: the damaged file is never opened, let alone
    written (its header may say WAL, and even a read-only open of a WAL file can touch the
-   ``-shm``). The fingerprint is checked again at the end.
+   ``-shm``). The fingerprint is checked again at the end. A child process reads and
+   copies the files (``fileops``): the source may be live in this process (a store
+   open on it), and closing a descriptor of it here would drop that store's locks.
 3. Creates the output at head with ``migrate.upgrade`` and drops its FTS layer so the
    copy does not index row by row.
 4. Copies every row-bearing table it can read: each head table present in the source,
@@ -28,9 +30,7 @@ SQLite directly; everything about rows and schema comes from ``hermes_store.sche
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,6 +43,8 @@ from .backup import integrity as _integrity
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from .library import SQLITE as sqlite3
+from .fileops import copy_in_child, digests_in_child
+from .uri import absolute, file_uri
 
 #: rows per read while the table reads cleanly
 CHUNK = 1000
@@ -126,19 +128,15 @@ class RecoveryReport:
 # --------------------------------------------------------------------------- files
 
 def _fingerprint(path: Path) -> tuple:
-    """Size, mtime and SHA-256 of the file and each sidecar (None where absent)."""
-    parts = []
-    for candidate in [path] + [Path(f"{path}{s}") for s in SIDECARS]:
-        if candidate.exists():
-            st = candidate.stat()
-            digest = hashlib.sha256()
-            with open(candidate, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            parts.append((candidate.name, st.st_size, st.st_mtime_ns, digest.hexdigest()))
-        else:
-            parts.append((candidate.name, None))
-    return tuple(parts)
+    """Size, mtime and SHA-256 of the file and each sidecar (None where absent), read by
+    a child process: the file may be live in this one (``fileops``)."""
+    candidates = [path] + [Path(f"{path}{s}") for s in SIDECARS]
+    try:
+        found = digests_in_child(candidates)
+    except OSError as exc:
+        raise RecoveryError(f"cannot read {path}: {exc}") from exc
+    return tuple((c.name, *f) if f is not None else (c.name, None)
+                 for c, f in zip(candidates, found))
 
 
 def _check_paths(source: Path, output: Path) -> None:
@@ -155,20 +153,24 @@ def _check_paths(source: Path, output: Path) -> None:
 
 
 def _copy_bundle(source: Path, work: Path) -> Path:
+    """The file and its -wal/-journal copied into ``work`` by a child process: closing a
+    descriptor of a file this process has open through SQLite would drop its locks."""
     copy = work / "source.db"
-    shutil.copyfile(source, copy)
-    for suffix in ("-wal", "-journal"):
-        # -shm is rebuilt from the WAL by SQLite; copying a live one would be stale anyway.
-        side = Path(f"{source}{suffix}")
-        if side.exists():
-            shutil.copyfile(side, Path(f"{copy}{suffix}"))
+    # -shm is rebuilt from the WAL by SQLite; copying a live one would be stale anyway.
+    pairs = [(source, copy)] + [(Path(f"{source}{s}"), Path(f"{copy}{s}"))
+                                for s in ("-wal", "-journal") if Path(f"{source}{s}").exists()]
+    done = copy_in_child(pairs)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()
+        raise RecoveryError(f"cannot copy {source} aside to recover it: "
+                            f"{tail[-1] if tail else done.returncode}")
     return copy
 
 
 # --------------------------------------------------------------------------- reading
 
 def _open_copy(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, isolation_level=None)
     # Intact text is valid UTF-8 and decodes unchanged; garbage must not stop the copy.
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
     try:
@@ -341,8 +343,8 @@ def recover(
     )
 
     started = time.monotonic()
-    source = Path(source).expanduser().absolute()
-    output = Path(output).expanduser().absolute()
+    source = absolute(source)
+    output = absolute(output)
     _check_paths(source, output)
     before = _fingerprint(source)
     report = RecoveryReport(source=str(source), output=str(output))

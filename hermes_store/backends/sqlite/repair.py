@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,26 +49,17 @@ from ...errors import (
 )
 from ...units import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
+from .fileops import copy_in_child
 from .files import probe_database
 from .identity import FileWatch
 from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
+from .uri import absolute, file_uri
 
 log = logging.getLogger(__name__)
 
 #: the name prefix every full-text object has had, in every layout
 _FTS_PREFIX = "messages_fts"
-#: a child copies the files (see step 3 above); byte for byte, owner-only, never over a file
-_COPY = (
-    "import os, shutil, sys\n"
-    "pairs = sys.argv[1:]\n"
-    "for src, dst in zip(pairs[::2], pairs[1::2]):\n"
-    "    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)\n"
-    "    with open(src, 'rb') as fin, os.fdopen(fd, 'wb') as fout:\n"
-    "        shutil.copyfileobj(fin, fout, 1 << 20)\n"
-    "        fout.flush()\n"
-    "        os.fsync(fout.fileno())\n"
-)
 
 
 @dataclass
@@ -126,7 +115,7 @@ def _is_fts(name: str) -> bool:
 
 def _schema_loads(path: Path) -> str | None:
     """None when SQLite parses the schema, else its message."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
+    conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return None
@@ -159,9 +148,9 @@ def _duplicates(rows: list[tuple]) -> tuple[list[SchemaEntry], str | None]:
 def diagnose(path: str | os.PathLike) -> Diagnosis:
     """Read the schema table (through ``writable_schema``, which tolerates a schema that
     does not parse) and say whether the file has exactly the healable pattern."""
-    p = Path(path).expanduser().absolute()
+    p = absolute(path)
     failure = _schema_loads(p)
-    conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
+    conn = sqlite3.connect(file_uri(p, mode="ro"), uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
     try:
         conn.execute("PRAGMA writable_schema=ON")
         rows = conn.execute(
@@ -227,7 +216,7 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
     from .fileops import migration_lock
 
     started = time.monotonic()
-    p = Path(path).expanduser().absolute()
+    p = absolute(path)
     with migration_lock(p):
         diagnosis = diagnose(p)
         if diagnosis.healthy:
@@ -309,9 +298,7 @@ def _backup(p: Path) -> list[Path]:
     pairs = [(p, base)] + [
         (Path(f"{p}{s}"), Path(f"{base}{s}")) for s in ("-wal", "-shm") if Path(f"{p}{s}").exists()
     ]
-    args = [str(x) for pair in pairs for x in pair]
-    done = subprocess.run([sys.executable or "python3", "-I", "-S", "-c", _COPY, *args],
-                          capture_output=True, text=True)
+    done = copy_in_child(pairs)  # byte for byte, owner-only, never over a file
     if done.returncode != 0:
         for _src, dst in pairs:
             dst.unlink(missing_ok=True)
