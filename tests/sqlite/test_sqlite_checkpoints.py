@@ -287,6 +287,9 @@ def test_soak_writers_readers_and_checkpoints(tmp_path):
                 proc.kill()
     assert all(code == 0 for _, code, _ in outputs), outputs
     assert len(acknowledged) > 100 * writers_n, "too few writes to have tested anything"
+    # the figures docs/reliability.md quotes (pytest -s shows them)
+    print(f"\nsoak {SOAK_SECONDS:g} s: {len(acknowledged)} acknowledged writes, largest -wal "
+          f"{largest[0] / 2**20:.1f} MiB (bound {bound / 2**20:.1f} MiB)")
     assert largest[0] <= bound, (largest[0], bound)
 
     check = ("import json, sqlite3, sys\n"
