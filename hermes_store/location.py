@@ -180,6 +180,14 @@ def _from_url(text: str | URL, *, source: str) -> Target:
                 f"{shown} names no database file (an in-memory or URI-form SQLite database "
                 "cannot hold a store); use sqlite:///PATH or a plain path"
             )
+        if url.query or (isinstance(text, str) and "?" in text):
+            # sqlite:////x/c?d/state.db is the file /x/c (SQLAlchemy drops a query item
+            # without "="): never guess what was meant
+            raise DatabaseURLError(
+                f"{shown}: in a URL, '?' ends the file name and starts a query, so this names "
+                f"the file {url.database}; write '?' in a file name as %3F, or pass the plain "
+                "path instead of a URL"
+            )
         return _sqlite(Path(url.database), source=source)
     if backend in (POSTGRESQL, "postgres"):
         if driver not in ("", PG_DRIVER):

@@ -319,6 +319,18 @@ def test_agent_status_and_disable_find_the_store_in_an_odd_hermes_home(place, te
     place.check_store(store, sessions=["s1"], messages=["hello"])
 
 
+def test_a_sqlite_url_is_url_text_and_a_query_in_it_is_refused(tmp_path):
+    from hermes_store.errors import DatabaseURLError
+    from hermes_store.location import resolve
+
+    odd = tmp_path / "c?d #%" / "state.db"
+    assert resolve(odd).path == odd
+    assert resolve("sqlite:///" + str(tmp_path / "c%3Fd #%" / "state.db")).path == odd
+    with pytest.raises(DatabaseURLError, match="%3F"):
+        resolve("sqlite:///" + str(odd))  # would have been the file tmp_path/c
+    assert not (tmp_path / "c").exists()
+
+
 # --------------------------------------------------------------------------- the home rule
 
 def test_only_a_bare_tilde_or_tilde_slash_means_home(tmp_path, monkeypatch):
