@@ -153,8 +153,10 @@ class HeldConnections:
     finalizer), so short-lived threads do not leak connections.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, label: object = None) -> None:
         self._engine = engine
+        #: how ``StoreClosedError`` names the database (a file's path, not its URI)
+        self.label = engine.url.database if label is None else label
         self._local = threading.local()
         # key -> connection / finalizer: plain dicts the finalizers reach without `self`
         self._held: dict[int, sa.Connection] = {}
@@ -179,7 +181,7 @@ class HeldConnections:
 
         with self._lock:
             if self._closed:
-                raise StoreClosedError(self._engine.url.database)
+                raise StoreClosedError(self.label)
             conn = self._engine.connect()
             slot, key = _Slot(conn), next(self._keys)
             self._held[key] = conn
@@ -233,8 +235,9 @@ class PooledConnections:
 
     held = False
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, label: object = None) -> None:
         self._engine = engine
+        self.label = engine.url.database if label is None else label
         self._closed = False
 
     def checkout(self) -> sa.Connection:
@@ -242,7 +245,7 @@ class PooledConnections:
         if self._closed:
             from .errors import StoreClosedError
 
-            raise StoreClosedError(self._engine.url.database)
+            raise StoreClosedError(self.label)
         return self._engine.connect()
 
     def __len__(self) -> int:
@@ -252,9 +255,10 @@ class PooledConnections:
         self._closed = True
 
 
-def connections_for(engine: Engine, held: bool) -> HeldConnections | PooledConnections:
+def connections_for(engine: Engine, held: bool,
+                    label: object = None) -> HeldConnections | PooledConnections:
     """Held (one per thread, kept) or pooled (one per call) connections of ``engine``."""
-    return HeldConnections(engine) if held else PooledConnections(engine)
+    return HeldConnections(engine, label) if held else PooledConnections(engine, label)
 
 
 __all__ = [

@@ -175,7 +175,7 @@ class WriteUnits:
         #: ``OpenedStore.guard``: checked before every attempt and checkpoint, so nothing
         #: is written to a database that is no longer the one opened (a replaced file)
         self.guard = guard
-        self._writers = connections_for(writer(engine), backend.holds_connections)
+        self._writers = connections_for(writer(engine), backend.holds_connections, label)
         self._maintenance = autocommit(engine)
         self.policy = policy
         self.label = label

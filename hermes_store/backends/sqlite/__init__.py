@@ -129,7 +129,7 @@ class SQLiteBackend(Backend):
             ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
             engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout,
                                    journal_mode=mode, watch=watch)
-        return OpenedStore(engine, path, HeldConnections(engine), guard=watch)
+        return OpenedStore(engine, path, HeldConnections(engine, path), guard=watch)
 
     def inspection_engine(self, target) -> sa.Engine:
         from .engine import create_engine
