@@ -75,6 +75,11 @@ export PATH="$PWD/.venv/bin:$PATH"   # console scripts (alembic, hermes-store) f
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
 python -m pytest -n 2 "$@"
+# The host leg (issue 30, D19): the repository tests with a host's own sqlite3 writing the file between the store's calls.
+if [ $# -eq 0 ]; then
+    echo "test.sh: the host leg (--host-sqlite)" >&2
+    env -u HERMES_STATE_SQLITE_MODULE python -m pytest -n 2 tests/repository -m "not postgres" --host-sqlite
+fi
 # The pysqlite3 leg: the named subset (tests/conftest.py, LIBRARY_SUBSET) on the opt-in
 # library (decision D19: the default is the standard library's sqlite3), where the
 # platform has a pysqlite3 wheel.

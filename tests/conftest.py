@@ -91,6 +91,29 @@ def pytest_addoption(parser):
         help="run every engine-parametrized test of tests/repository and tests/reliability "
              "through PgBouncer in transaction and in session mode too (by default only "
              "the named subset, support/pgbouncer.POOLER_SUBSET)")
+    parser.addoption(
+        "--host-sqlite", action="store_true", default=False,
+        help="after every public call a test makes on a store over a SQLite file, the "
+             "standard library's sqlite3 opens the file, writes and closes it, as a host's "
+             "own code would (support/host_sqlite.py; issue 30, D19); tests marked "
+             "no_host_sqlite('why') run without it")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "no_host_sqlite(reason): cannot run beside a host writer; --host-sqlite "
+                   "leaves it alone")
+
+
+@pytest.fixture(autouse=True)
+def _host_sqlite(request, monkeypatch):
+    """``--host-sqlite``: a host's ``sqlite3`` writes the store's file between calls."""
+    if request.config.getoption("--host-sqlite") \
+            and request.node.get_closest_marker("no_host_sqlite") is None:
+        from support import host_sqlite
+
+        host_sqlite.install(monkeypatch)
+    yield
 
 
 _subset_seen: set[str] = set()

@@ -123,3 +123,39 @@ def test_pysqlite3_beside_a_hosts_sqlite3_shows_the_hazard(tmp_path):
     print(report)
     assert failed or lost_sessions or lost_messages, (
         "the hazard of two SQLite libraries in one process no longer shows: " + report)
+
+
+def test_the_host_sqlite_option_writes_the_file_between_the_stores_calls(tmp_path, monkeypatch):
+    """The hook behind ``pytest --host-sqlite`` (support/host_sqlite.py): after each
+    outermost public call, the host's ``sqlite3`` commits a write to the store's file
+    (another connection's ``data_version`` moves), and nothing a caller reads changes."""
+    import sqlite3
+
+    from support import host_sqlite
+
+    from hermes_store import SessionDB
+    from hermes_store.backends.sqlite.library import library
+
+    if library().name != "sqlite3":
+        pytest.skip(f"the store runs on {library().describe()}: a host's sqlite3 beside it "
+                    "is the hazard the loop above documents, not the hook under test")
+    host_sqlite.install(monkeypatch)
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    watch = sqlite3.connect(path)
+    try:
+        def version():
+            return watch.execute("PRAGMA data_version").fetchone()[0]
+
+        before, writes = version(), host_sqlite.writes
+        db.create_session("s1", source="cli")  # one outer call (the store's own
+        assert host_sqlite.writes == writes + 1  # inner public calls are not probed)
+        assert version() != before
+        db.append_message("s1", role="user", content="hello")
+        assert db.get_messages("s1")[0]["content"] == "hello"
+        assert host_sqlite.writes == writes + 3
+        assert watch.execute("SELECT count(*) FROM state_meta WHERE key = ?",
+                             (host_sqlite.PROBE_KEY,)).fetchone() == (0,)
+    finally:
+        watch.close()
+        db.close()
