@@ -255,7 +255,7 @@ def test_fts_sizes_with_and_without_dbstat(head_engine, monkeypatch):
     assert set(measured) == set(estimated) == {ddl.FTS_TABLE, ddl.TRIGRAM_TABLE}
     if not has_dbstat:  # pysqlite3's wheel has no dbstat: both are the estimate
         assert measured == estimated
-        pytest.skip("this SQLite library has no dbstat; the stdlib leg measures it")
+        pytest.skip("this SQLite library has no dbstat; the default library (the standard one) measures it")
     page_size = 4096
     for table in measured:
         assert measured[table] >= page_size  # at least one page per shadow table
