@@ -53,7 +53,7 @@ def pg_buffers(engine, call) -> int:
     with engine.connect() as conn:
         dbapi = conn.connection.dbapi_connection
         with dbapi.cursor() as cur:
-            for kind, statement, params in call:
+            for kind, statement, params, _ in call:
                 if kind != "exec" or not statement.lstrip().upper().startswith("SELECT"):
                     continue
                 cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
