@@ -181,6 +181,13 @@ def test_status_reports_the_library_its_version_and_the_fix(tmp_path):
     words = " ".join(output.split())
     assert f"chosen by {lib.chosen_by}" in words
     assert f"WAL-reset race closed by {lib.race_guard}" in words
+    # doctor says the same in words, and the opt-in's hazard while it runs
+    code, output = _cli("--db", path, "--json", "maintenance", "doctor")
+    finding = next(f for f in json.loads(output)["checks"] if f["check"] == "sqlite")
+    assert finding["status"] == "ok"
+    assert f"chosen by {lib.chosen_by}" in finding["detail"]
+    assert f"WAL-reset race closed by {lib.race_guard}" in finding["detail"]
+    assert ("drop each other's file locks" in finding["detail"]) is (lib.name == "pysqlite3")
 
 
 # --------------------------------------------------------------------------- replaced files
