@@ -23,7 +23,7 @@ import weakref
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from . import backends
+from .backends.base import backend_of
 from .driver import driver_execute, listeners_fixed, listeners_released
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class transaction:
     def __enter__(self) -> sa.Connection:
         conn, driver = self.conn, self._driver
         if driver is None:
-            driver = backends.of_dialect(conn.dialect).driver_transactions(conn.dialect)
+            driver = backend_of(conn).driver_transactions(conn.dialect)
         if not driver:
             self._core = core = conn.begin()
             core.__enter__()
@@ -126,7 +126,7 @@ def end_failed_transaction(conn: sa.Connection) -> None:
     try:
         if conn.in_transaction():
             conn.rollback()
-        backends.of_dialect(conn.dialect).end_driver_transaction(conn)
+        backend_of(conn).end_driver_transaction(conn)
     except Exception as exc:
         log.warning("rolling back a failed write unit did not complete: %s", exc)
 

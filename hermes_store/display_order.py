@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from . import backends
+from .backends.base import backend_of
 
 # The same predicate as hermes_store.schema.VISIBLE_MESSAGE, as trigger text.
 VISIBLE = "(active = 1 OR compacted = 1)"
@@ -85,11 +85,11 @@ IDENTITY_FIELDS = (
 
 def create_display_triggers(conn: Connection) -> None:
     """Create the display-order triggers on the connection's engine."""
-    backends.of(conn).create_display_triggers(conn)
+    backend_of(conn).create_display_triggers(conn)
 
 
 def drop_display_triggers(conn: Connection) -> None:
-    backends.of(conn).drop_display_triggers(conn)
+    backend_of(conn).drop_display_triggers(conn)
 
 
 __all__ = [

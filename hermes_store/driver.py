@@ -8,7 +8,8 @@ and a driver error is raised as SQLAlchemy's exception type (``OperationalError`
 connection the driver reports broken is invalidated, as SQLAlchemy does, and the error
 says so (``connection_invalidated``).
 
-Which drivers may take the door is each backend's to say (``Backend.door_drivers``:
+Which drivers may take the door is each backend's to say (the backend the connection's
+engine carries) (``Backend.door_drivers``:
 pysqlite, psycopg); ``repository.prebuilt`` compiles the SQL text for each, and any other
 driver runs the same statements through Core.
 
@@ -24,18 +25,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import backends
+from .backends.base import backend_of
 
 
 def uses_driver(dialect) -> bool:
     """Whether :func:`driver_execute` may be used on connections of this dialect."""
-    return dialect.driver in backends.of_dialect(dialect).door_drivers
+    return dialect.driver in backend_of(dialect).door_drivers
 
 
 def outside_transaction(conn: sa.Connection) -> None:
     """Make the DBAPI connection of ``conn`` (not in a transaction) run the next driver
     statement on its own (SQLite already does; psycopg is switched to autocommit)."""
-    backends.of_dialect(conn.dialect).outside_transaction(conn)
+    backend_of(conn).outside_transaction(conn)
 
 
 #: key in a connection's ``__dict__``: whether its cursor events have listeners, while a
@@ -88,7 +89,7 @@ def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = F
         return dbapi_conn.execute(sql, params)
     except conn.dialect.loaded_dbapi.Error as exc:  # sqlite3.Error, psycopg.Error
         dialect = conn.dialect
-        lost = backends.of_dialect(dialect).is_disconnect(dialect, exc, dbapi_conn, cursor)
+        lost = backend_of(dialect).is_disconnect(dialect, exc, dbapi_conn, cursor)
         error = sa.exc.DBAPIError.instance(
             sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect, ismulti=many,
             connection_invalidated=lost,

@@ -15,8 +15,8 @@ named ``postgresql+psycopg:``), and a URL that cannot be used is an error, never
 silent fall back to SQLite. Errors (``hermes_store.errors``) name the URL with its
 password masked and say what to do: :class:`~hermes_store.errors.DatabaseURLError`,
 :class:`~hermes_store.errors.UnsupportedBackendError`,
-:class:`~hermes_store.errors.DriverMissingError` (from :func:`require_driver`, which asks
-the target's backend).
+:class:`~hermes_store.errors.DriverMissingError` (from the target's backend,
+``Backend.require_driver``, where a tool opens it).
 
 Nothing here connects or imports a driver: resolving is pure, so a default (SQLite-only)
 install never imports psycopg.
@@ -79,12 +79,14 @@ class Target(NamedTuple):
 
     @property
     def is_sqlite(self) -> bool:
-        """For callers of the package; the package itself asks ``backends.of(target)``."""
+        """For callers of the package; the package itself asks the backend it resolved
+        when it opened the target (``backends.base.get(target.backend)``)."""
         return self.backend == SQLITE
 
     @property
     def is_postgresql(self) -> bool:
-        """For callers of the package; the package itself asks ``backends.of(target)``."""
+        """For callers of the package; the package itself asks the backend it resolved
+        when it opened the target (``backends.base.get(target.backend)``)."""
         return self.backend == POSTGRESQL
 
     @property
@@ -212,14 +214,6 @@ def _without_url(exc: Exception, text: str | URL) -> str:
     return message
 
 
-def require_driver(target: Target) -> None:
-    """Raise :class:`DriverMissingError` when ``target``'s driver cannot be imported
-    (its backend knows which; SQLite needs nothing beyond Python)."""
-    from . import backends
-
-    backends.of(target).require_driver(target)
-
-
 def upgrade_hint(target: Target) -> str:
     """The commands that bring ``target`` to head (for 'below head' errors)."""
     arg = target.display if target.is_file else f"'{target.display}'"
@@ -240,7 +234,6 @@ __all__ = [
     "URL_ENV",
     "looks_like_url",
     "mask",
-    "require_driver",
     "resolve",
     "upgrade_hint",
 ]

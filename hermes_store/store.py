@@ -23,13 +23,15 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from . import backends, schema
+from . import schema
+from .backends.base import get as backend_named
 from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
 from .repository.base import ReadInterrupted, ThreadSnapshot
 from .repository.concerns import CONCERNS, EAGER, Assembled, AssembledOnUse, load
 from .repository.values import need_no_scrubbing, scrub_surrogates
-from .units import Outage, RetryPolicy, WriteUnits
+from .policy import RetryPolicy
+from .units import Outage, WriteUnits
 
 #: the upstream schema version a head file carries
 SCHEMA_VERSION = schema.SCHEMA_VERSION
@@ -142,7 +144,7 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
         self.db_path: Path | None = target.path
         self.read_only = bool(read_only)
         self.retry = retry
-        backend = self._backend = backends.of(target)
+        backend = self._backend = backend_named(target.backend)  # resolved once, carried
         options = dict(read_only=self.read_only, auto_upgrade=auto_upgrade, retry=retry,
                        pool_size=pool_size, max_overflow=max_overflow)
         if journal_mode is not None:  # a file's setting: "wal" or "delete"

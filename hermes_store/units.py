@@ -1,7 +1,6 @@
 """Write units: a callable run as one transaction, re-run whole on contention (any engine).
 
-``RetryPolicy`` is the one statement of how a unit rides out another writer (decision
-D8); ``WriteUnits`` runs units by it. What differs between engines — how a unit begins
+``WriteUnits`` runs units by the ``RetryPolicy`` (``policy.py``, decision D8). What differs between engines — how a unit begins
 and what it locks, which failures are worth a re-run, what happens after a commit — is
 the backend's (``hermes_store.backends``): this module never asks which engine it has.
 """
@@ -11,8 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -24,25 +22,12 @@ from .connections import (
     transaction,
     writer,
 )
+from .backends.base import ABORTED, COMMITTED, Backend
 from .errors import CommitOutcomeUnknownError, ServerUnreachableError, StoreBusyError
+from .policy import OUTAGE_PAUSE_MAX, RetryPolicy
 from .unit_locks import STORE, HeldLocks, Locks
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .backends.base import Backend
-
 T = TypeVar("T")
-
-#: seconds SQLite's busy handler (PostgreSQL: ``lock_timeout``) waits for a lock
-DEFAULT_BUSY_TIMEOUT = 1.0
-#: seconds a call rides out a lost server connection: longer than a fast restart
-#: (1.6-2.7 s here), about what a managed service's failover takes (decision D16)
-DEFAULT_OUTAGE_TIMEOUT = 30.0
-#: the longest pause between two tries during an outage
-OUTAGE_PAUSE_MAX = 1.0
-
-#: what became of a unit whose connection was lost while COMMIT was on its way
-#: (``Backend.commit_outcome``)
-COMMITTED, ABORTED, IN_PROGRESS = "committed", "aborted", "in progress"
 
 #: per thread: the locks held by each unit running on it, by its connection's id
 #: (``hold`` is called with a connection only)
@@ -76,40 +61,6 @@ def hold(conn: sa.Connection, locks: Locks) -> None:
     if entry is not None:
         backend, held = entry
         backend.lock_unit(conn, locks, held)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a write unit rides out another process's write lock (decision D8).
-
-    Each attempt first waits up to ``busy_timeout`` for the lock (SQLite's busy handler,
-    PostgreSQL's ``lock_timeout``), then sleeps a random 20-150 ms so that writers that
-    collided do not collide again.
-    """
-
-    attempts: int = 15
-    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-    jitter_min: float = 0.020
-    jitter_max: float = 0.150
-    #: a WAL checkpoint (under the writer lock) after this many successful write units
-    #: (0 = never)
-    checkpoint_every: int = 50
-    #: while the last checkpoint left the log this long (frames; SQLite's own automatic
-    #: threshold), one runs after every unit instead: the log restarts from its start
-    #: only at a write that follows a complete checkpoint, so a busy log needs them often
-    checkpoint_backlog: int = 1000
-    #: seconds a call keeps trying after its connection was lost (a server restart, a
-    #: failover, the network; a file has no connection to lose): a read is re-run on a
-    #: fresh connection, a write unit lost before COMMIT was sent too (decision D16)
-    outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT
-
-    def __post_init__(self):
-        if self.attempts < 1:
-            raise ValueError("RetryPolicy.attempts must be at least 1")
-        if not 0 <= self.jitter_min <= self.jitter_max:
-            raise ValueError("RetryPolicy needs 0 <= jitter_min <= jitter_max")
-        if self.outage_timeout < 0:
-            raise ValueError("RetryPolicy.outage_timeout must be 0 or more (seconds)")
 
 
 class Outage:
@@ -372,5 +323,4 @@ class _CommitInDoubt(Exception):
         self.lost, self.ticket, self.result = lost, ticket, result
 
 
-__all__ = ["ABORTED", "COMMITTED", "DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "IN_PROGRESS",
-           "Outage", "RetryPolicy", "WriteUnits", "hold"]
+__all__ = ["Outage", "WriteUnits", "hold"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .. import backends, schema
+from .. import schema
 from ..repository.sessions import INLINE_PROMPTS_KEY, keeps_prompts_inline
 
 S, P, M = schema.sessions, schema.system_prompts, schema.state_meta
@@ -44,7 +44,7 @@ def keep_prompts_inline(db, *, refill: bool = False) -> int:
     inline; returns how many session rows got their prompt back. Once marked, it does
     nothing (one read) unless ``refill=True`` — e.g. at ``hermes-store agent enable``,
     to cover rows another hash-only writer added meanwhile. Never on PostgreSQL (0)."""
-    if not backends.of(db.target).stores_files or db.read_only:
+    if not db._backend.stores_files or db.read_only:
         return 0  # a server database: no pre-v25 reader opens it
 
     def unit(conn: sa.Connection) -> int:

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 
-from .. import backends
 from . import sql as sqlmod
 from .errors import RawUsageError, as_compat, in_unit, raw_statement_error
 
@@ -187,7 +186,7 @@ class RawConnection:
         self.row_factory: Callable | None = sqlite3.Row
         # The agent writes SQLite's SQL: the engine that stores files (SQLite) takes it as
         # written; the server engine gets sql.for_postgresql's translation
-        self._native = bool(backends.of(store.target).stores_files)
+        self._native = bool(store._backend.stores_files)
         self._engine_name = "SQLite" if self._native else sqlmod.ENGINE
 
     # -- sqlite3.Connection's surface the agent uses

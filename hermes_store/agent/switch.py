@@ -402,11 +402,11 @@ def agent_store(environ=os.environ) -> dict:
 def _where_it_stands(target) -> dict:
     """Whether the store exists and its revision against head, read without writing (the
     backend's migration state; a database the server does not have is missing)."""
-    from .. import backends, errors, migrate
+    from .. import errors, migrate
 
     head = migrate.head()
     try:
-        found = backends.of(target).migrations.state(target)
+        found = migrate.state(target)
     except errors.StoreNotFoundError:
         return {"exists": False, "revision": None, "head": head, "at_head": False}
     exists = found.kind != "missing"

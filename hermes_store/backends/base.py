@@ -1,39 +1,125 @@
-"""The one interface of what differs between engines (decision D17).
+"""The one interface of what differs between engines (decisions D17, D21), and its registry.
 
-A ``Backend`` is chosen once per store from the URL's dialect (``backends.get``/``of``)
-and answers every engine-specific question the core asks; ``backends/sqlite`` and
+A ``Backend`` is resolved once, when a store opens (:func:`get`, by a target's backend
+name: the registry), and carried from then on — on the opened store, and on every engine
+it makes (:meth:`Backend.carry`: the engine's dialect holds it, as SQLAlchemy carries
+``connection.dialect``), so that any code holding a connection reads it back with
+:func:`backend_of` and never looks it up by name. ``backends/sqlite`` and
 ``backends/postgresql`` implement it side by side, as Alembic's ``SQLiteImpl`` and
-``PostgresqlImpl`` implement ``DefaultImpl``. It has four facets, each an object of its
-own so that a newcomer reads one concern at a time:
+``PostgresqlImpl`` implement ``DefaultImpl``. It has facets, each an object of its own so
+that a newcomer reads one concern at a time:
 
 * the backend itself: engines and connections, write units (begin, lock, what a failed
   statement means), error translation, the repository's dialect-dependent SQL;
 * ``search`` — how a full-text route is written (:class:`SearchRoute`), and the index
   upkeep methods (``*_fts``);
 * ``migrations`` — creating, inspecting and migrating a schema (:class:`Migrations`);
-* ``copying`` — what ``db copy`` needs of either side (:class:`CopySide`).
+* ``copying`` — what ``db copy`` needs of either side (:class:`CopySide`);
+* ``files`` and ``roles`` — where the engine has them (a file's backup and recovery; a
+  server's grants), else None.
 
-Nothing here imports a driver; the methods that every engine shares have their one
-implementation here.
+This module imports only the foundation (the retry policy, the errors): what it needs of
+the core it names as protocols of its own (:class:`StoreTarget`, :class:`Readers`,
+:class:`UnitLocks`), so no import runs from the interface back into the core. A backend's
+package is imported on first use from :data:`PACKAGES`, so a process that only opens
+SQLite files never imports the PostgreSQL side (nor psycopg). A third engine is one more
+package implementing ``Backend`` and one more line there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, NoReturn, Protocol, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, URL
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..connections import HeldConnections, PooledConnections
-    from ..location import Target
-    from ..unit_locks import HeldLocks, Locks
-    from ..units import RetryPolicy
+from ..policy import RetryPolicy
 
 #: ``progress(table, done, total)`` of an index rebuild
 ProgressCallback = Callable[[str, int, int], None]
+
+#: what became of a unit whose connection was lost while COMMIT was on its way
+#: (:meth:`Backend.commit_outcome`)
+COMMITTED, ABORTED, IN_PROGRESS = "committed", "aborted", "in progress"
+
+#: backend name (a SQLAlchemy dialect name) -> the package that implements it
+PACKAGES = {
+    "sqlite": "hermes_store.backends.sqlite",
+    "postgresql": "hermes_store.backends.postgresql",
+}
+
+#: the attribute of a SQLAlchemy dialect that carries its engine's backend
+_CARRIED = "hermes_backend"
+
+_loaded: dict[str, "Backend"] = {}
+
+
+def get(name: str) -> "Backend":
+    """The registry: the backend called ``name`` (a target's ``backend``), its package
+    imported on first use. Called where a store or a tool opens a target, never on a
+    call path: everything after the opening reads the carried backend
+    (:func:`backend_of`)."""
+    backend = _loaded.get(name)
+    if backend is not None:
+        return backend
+    try:
+        package = PACKAGES[name]
+    except KeyError:
+        from ..errors import UnsupportedBackendError
+
+        raise UnsupportedBackendError(
+            f"no hermes_store backend for the database {name!r} (known: "
+            f"{', '.join(sorted(PACKAGES))})"
+        ) from None
+    backend = _loaded[name] = importlib.import_module(package).BACKEND
+    return backend
+
+
+def loaded() -> list[str]:
+    """The backends this process has imported so far (for tests and ``status``)."""
+    return sorted(_loaded)
+
+
+def backend_of(bind) -> "Backend":
+    """The backend an engine, a connection or a dialect carries (:meth:`Backend.carry`)."""
+    dialect = getattr(bind, "dialect", bind)
+    try:
+        return getattr(dialect, _CARRIED)
+    except AttributeError:
+        from ..errors import UnsupportedBackendError
+
+        raise UnsupportedBackendError(
+            f"{bind!r} was not made by a hermes_store backend: open the database through "
+            "SessionDB or hermes_store.migrate, or make its engine with the backend's "
+            "engine factory") from None
+
+
+class StoreTarget(Protocol):
+    """What a backend reads of a resolved database (``hermes_store.location.Target``)."""
+
+    backend: str
+    url: URL
+    path: Path | None
+    source: str
+
+    @property
+    def display(self) -> str: ...
+
+
+class Readers(Protocol):
+    """The read connections an opened store keeps (``connections.HeldConnections`` or
+    ``PooledConnections``)."""
+
+    held: bool
+
+    def close(self) -> None: ...
+
+
+class UnitLocks(Protocol):
+    """What a write unit decides on, and what it already holds (``unit_locks``)."""
 
 
 class OpenedStore(NamedTuple):
@@ -43,8 +129,8 @@ class OpenedStore(NamedTuple):
 
     engine: Engine
     label: object
-    readers: "HeldConnections | PooledConnections"
-    singles: "HeldConnections | PooledConnections | None" = None
+    readers: Readers
+    singles: Readers | None = None
     #: is the database still the one opened? ``check()`` raises the package's error,
     #: ``replaced()`` answers, ``settle()`` runs at close (SQLite: the file's identity,
     #: ``backends/sqlite/identity.py``); None where nothing can replace it (a server)
@@ -102,17 +188,23 @@ class Backend:
 
     # ------------------------------------------------------------------ location
 
-    def require_driver(self, target: "Target") -> None:
+    def require_driver(self, target: StoreTarget) -> None:
         """Raise ``DriverMissingError`` when the target's driver cannot be imported."""
 
-    def same_database(self, a: "Target", b: "Target") -> bool:
+    def same_database(self, a: StoreTarget, b: StoreTarget) -> bool:
         """Whether two targets of this backend name one database."""
         return a.url == b.url
 
     # ------------------------------------------------------------------ engines
 
-    def open_store(self, target: "Target", *, read_only: bool, auto_upgrade: bool,
-                   retry: "RetryPolicy", pool_size: int | None,
+    def carry(self, bind):
+        """Make an engine (its connections, through its dialect) or a dialect carry this
+        backend (:func:`backend_of`); every engine factory of a backend calls it."""
+        setattr(getattr(bind, "dialect", bind), _CARRIED, self)
+        return bind
+
+    def open_store(self, target: StoreTarget, *, read_only: bool, auto_upgrade: bool,
+                   retry: RetryPolicy, pool_size: int | None,
                    max_overflow: int | None) -> OpenedStore:
         """Everything ``SessionDB`` needs before its first call: the database checked
         (refused with a clear error when it cannot be used), its schema at head (or the
@@ -120,12 +212,12 @@ class Backend:
         that stores files also takes ``journal_mode`` (``SessionDB(journal_mode=…)``)."""
         raise NotImplementedError
 
-    def inspection_engine(self, target: "Target") -> Engine:
+    def inspection_engine(self, target: StoreTarget) -> Engine:
         """An engine that reads ``target`` without changing anything about it (not even
         a journal mode), each connection made on demand; the caller disposes of it."""
         raise NotImplementedError
 
-    def tool_engine(self, target: "Target", *, read_only: bool) -> Engine:
+    def tool_engine(self, target: StoreTarget, *, read_only: bool) -> Engine:
         """An engine for the package's own tools on a store (export, import): nothing
         about the database changed but what they write."""
         raise NotImplementedError
@@ -159,14 +251,14 @@ class Backend:
 
     # ------------------------------------------------------------------ write units
 
-    def lock_unit(self, conn: sa.Connection, locks: "Locks", held: "HeldLocks") -> None:
+    def lock_unit(self, conn: sa.Connection, locks: UnitLocks, held: UnitLocks) -> None:
         """Where ``locks_units`` (else never called): take what ``locks`` names and
         ``held`` does not hold yet, until the unit's transaction ends, and record it in
         ``held`` — a write unit's first statement, and again when a running unit finds
         more to lock (``units.hold``)."""
         raise NotImplementedError
 
-    def start_unit(self, conn: sa.Connection, locks: "Locks", held: "HeldLocks") -> object | None:
+    def start_unit(self, conn: sa.Connection, locks: UnitLocks, held: UnitLocks) -> object | None:
         """Where ``locks_units``: a write unit's first statement (``lock_unit``). Returns
         a ticket for :meth:`commit_outcome`, or None where there is nothing to ask."""
         self.lock_unit(conn, locks, held)
@@ -174,7 +266,7 @@ class Backend:
 
     def commit_outcome(self, engine: Engine, ticket: object) -> str | None:
         """After the connection was lost while a unit's COMMIT was on its way: what
-        became of it, asked on a fresh connection — ``units.COMMITTED``, ``ABORTED``
+        became of it, asked on a fresh connection — :data:`COMMITTED`, :data:`ABORTED`
         or ``IN_PROGRESS`` — or None when it cannot be told (the unit is then an unknown
         outcome). A connection that cannot be made raises."""
         return None
@@ -268,20 +360,20 @@ class Backend:
 
     # ------------------------------------------------------------------ reporting
 
-    def describe(self, target: "Target") -> dict[str, Any]:
+    def describe(self, target: StoreTarget) -> dict[str, Any]:
         """Facts ``status``/``doctor`` show about where the store lives (library,
         journal mode, server version…), read without writing."""
         return {}
 
-    def size_bytes(self, conn: sa.Connection, target: "Target") -> int | None:
+    def size_bytes(self, conn: sa.Connection, target: StoreTarget) -> int | None:
         """The store's size on disk (a file and its sidecars; a server's relations)."""
         return None
 
-    def wal_bytes(self, target: "Target") -> int | None:
+    def wal_bytes(self, target: StoreTarget) -> int | None:
         """Bytes in a write-ahead log waiting for a checkpoint (None: not applicable)."""
         return None
 
-    def health(self, target: "Target", conn: sa.Connection | None = None, *,
+    def health(self, target: StoreTarget, conn: sa.Connection | None = None, *,
                quick: bool = False) -> list[str]:
         """Problems of the storage itself (integrity check), empty when sound."""
         return []
@@ -378,32 +470,32 @@ class Migrations:
         database at ``revision`` in one step."""
         return self.baseline
 
-    def state(self, target: "Target") -> StoreState:
+    def state(self, target: StoreTarget) -> StoreState:
         raise NotImplementedError
 
-    def schema_version_of(self, target: "Target") -> int | None:
+    def schema_version_of(self, target: StoreTarget) -> int | None:
         raise NotImplementedError
 
-    def upgrade(self, target: "Target", revision: str, *, progress=None) -> str | None:
+    def upgrade(self, target: StoreTarget, revision: str, *, progress=None) -> str | None:
         raise NotImplementedError
 
-    def downgrade(self, target: "Target", revision: str) -> str | None:
+    def downgrade(self, target: StoreTarget, revision: str) -> str | None:
         raise NotImplementedError
 
-    def refuse_downgrade(self, target: "Target", revision: str) -> None:
+    def refuse_downgrade(self, target: StoreTarget, revision: str) -> None:
         """Raise before anything runs when ``revision`` cannot be reached downwards."""
 
-    def stamp(self, target: "Target", revision: str) -> None:
+    def stamp(self, target: StoreTarget, revision: str) -> None:
         raise NotImplementedError
 
-    def check(self, target: "Target"):
+    def check(self, target: StoreTarget):
         """``migrate.CheckResult``: at head, and drift from ``hermes_store.schema``."""
         raise NotImplementedError
 
-    def ensure_schema(self, target: "Target", *, auto_upgrade: bool, read_only: bool) -> None:
+    def ensure_schema(self, target: StoreTarget, *, auto_upgrade: bool, read_only: bool) -> None:
         raise NotImplementedError
 
-    def run_env(self, context, target: "Target", *, read_only: bool) -> None:
+    def run_env(self, context, target: StoreTarget, *, read_only: bool) -> None:
         """The body of ``migrations/env.py`` for this engine."""
         raise NotImplementedError
 
@@ -411,7 +503,7 @@ class Migrations:
         """``migrations/env.py`` on a caller's live connection."""
         raise NotImplementedError
 
-    def run_topics_env(self, context, target: "Target", *, read_only: bool) -> None:
+    def run_topics_env(self, context, target: StoreTarget, *, read_only: bool) -> None:
         """The body of ``migrations/telegram_topics/env.py`` for this engine."""
         raise NotImplementedError
 
@@ -420,20 +512,20 @@ class Migrations:
 
     # -- the Telegram topic branch (opt-in; its own version table)
 
-    def topics_state(self, target: "Target"):
+    def topics_state(self, target: StoreTarget):
         raise NotImplementedError
 
     def topics_state_on(self, conn: sa.Connection, where: object):
         raise NotImplementedError
 
-    def upgrade_topics(self, target: "Target", revision: str, *, only_if_present: bool) -> str | None:
+    def upgrade_topics(self, target: StoreTarget, revision: str, *, only_if_present: bool) -> str | None:
         raise NotImplementedError
 
     def upgrade_topics_on(self, conn: sa.Connection, revision: str) -> str | None:
         """The opt-in inside the caller's write unit."""
         raise NotImplementedError
 
-    def downgrade_topics(self, target: "Target", revision: str) -> str | None:
+    def downgrade_topics(self, target: StoreTarget, revision: str) -> str | None:
         raise NotImplementedError
 
     def topics_drift(self, conn: sa.Connection, diffs: list, metadata) -> list:
@@ -449,13 +541,13 @@ class CopySide:
     #: looser engine must check the rows first)
     strict_types: bool = False
 
-    def exists(self, target: "Target") -> bool:
+    def exists(self, target: StoreTarget) -> bool:
         return True
 
-    def engine(self, target: "Target", *, writable: bool) -> Engine:
+    def engine(self, target: StoreTarget, *, writable: bool) -> Engine:
         raise NotImplementedError
 
-    def close(self, engine: Engine, target: "Target", *, writable: bool) -> None:
+    def close(self, engine: Engine, target: StoreTarget, *, writable: bool) -> None:
         engine.dispose()
 
     @contextlib.contextmanager
@@ -499,4 +591,6 @@ class CopySide:
         raise NotImplementedError
 
 
-__all__ = ["Backend", "CopySide", "Migrations", "OpenedStore", "SearchRoute", "StoreState"]
+__all__ = ["ABORTED", "COMMITTED", "IN_PROGRESS", "PACKAGES", "Backend", "CopySide", "Migrations",
+           "OpenedStore", "Readers", "SearchRoute", "StoreState", "StoreTarget", "UnitLocks",
+           "backend_of", "get", "loaded"]

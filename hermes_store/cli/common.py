@@ -48,6 +48,14 @@ class State:
         return self._target
 
 
+def backend_for(target: "Target"):
+    """The target's backend: the CLI's one call of the registry (``backends.base.get``),
+    made where a command opens what ``--db`` names."""
+    from ..backends.base import get
+
+    return get(target.backend)
+
+
 def state(ctx: typer.Context) -> State:
     root = ctx.find_root()
     if not isinstance(root.obj, State):
@@ -186,13 +194,13 @@ def _translated(exc: BaseException, ctx) -> errors.HermesStoreError | None:
     sa_exc = getattr(sys.modules.get("sqlalchemy"), "exc", None)  # loaded if it raised
     if sa_exc is None or not isinstance(exc, sa_exc.DBAPIError):
         return None
-    from .. import backends
+    from ..backends.base import get, loaded
 
     root = ctx.find_root().obj
     target = root.target if isinstance(root, State) and root._target is not None else None
     where = target if target is not None else "database"
-    candidates = [backends.of(target)] if target is not None else [
-        backends.get(name) for name in backends.loaded()]
+    candidates = [backend_for(target)] if target is not None else [
+        get(name) for name in loaded()]
     mapped = next((m for m in (b.translate_error(exc, where) for b in candidates)
                    if m is not None), None)
     if isinstance(mapped, errors.HermesStoreError):

@@ -44,9 +44,9 @@ def upgrade_command(
     if before.revision in steps:
         start = steps.index(before.revision) + 1
     else:  # a new store: from its first step (head in one, a baseline), else every revision
-        from .. import backends
+        from .common import backend_for
 
-        first = backends.of(db).migrations.first_step(revision)
+        first = backend_for(db).migrations.first_step(revision)
         start = 0 if first is None else steps.index(first)
     total = steps.index(target) + 1 - start if target in steps else None
     with o.progress("Upgrading", total if total and total > 0 else None) as advance:
@@ -227,7 +227,7 @@ def backup_command(
     """A consistent copy of the live database file, safe while Hermes keeps writing.
 
     SQLite files only: back up a PostgreSQL store with pg_dump (docs/postgres.md)."""
-    from .. import backends
+    from .common import backend_for
 
     o = out(ctx, json_flag)
     source = sqlite_file(
@@ -235,7 +235,7 @@ def backup_command(
         "back it up with the server's own tools (`pg_dump -Fc -f hermes.dump DATABASE`, "
         "restored by pg_restore; see docs/postgres.md), or take a SQLite snapshot with "
         "`hermes-store db copy URL snapshot.db`")
-    result = backends.of(state(ctx).target).files.backup(source, dest, overwrite=force)
+    result = backend_for(state(ctx).target).files.backup(source, dest, overwrite=force)
     if o.json_mode:
         o.emit(result.as_dict())
     else:
@@ -257,11 +257,12 @@ def grant_command(
     Run as the database's owner. Grants SELECT, INSERT, UPDATE, DELETE on every table
     and USAGE, SELECT, UPDATE on every sequence, and the same by default on what the
     owner creates later (the Telegram topic opt-in, upgrades); idempotent."""
-    from .. import backends, errors
+    from .. import errors
+    from .common import backend_for
 
     o = out(ctx, json_flag)
     db = state(ctx).target
-    roles = backends.of(db).roles
+    roles = backend_for(db).roles
     if roles is None:
         raise errors.InvalidArgumentError(
             f"`hermes-store db grant` gives a PostgreSQL role its privileges, and {db.display} "
@@ -301,12 +302,12 @@ def _admin_connection(target) -> Iterator:
     the package's; closed (and its engine disposed) on exit."""
     import sqlalchemy as sa
 
-    from .. import backends
+    from .common import backend_for
 
     engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool,
                               isolation_level="AUTOCOMMIT")
     try:
-        with backends.of(target).translated_errors(target), engine.connect() as conn:
+        with backend_for(target).translated_errors(target), engine.connect() as conn:
             yield conn
     finally:
         engine.dispose()

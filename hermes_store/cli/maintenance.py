@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import backends
 from ..errors import RECOVER_HINT
-from .common import JsonOption, open_store, out, require_file, sqlite_file, state
+from .common import JsonOption, backend_for, open_store, out, require_file, sqlite_file, state
 from .output import EXIT_PROBLEMS, human_bytes, one_line
 from .probe import probe, read_engine, size_bytes, wal_bytes
 
@@ -67,7 +66,7 @@ def store_status(target: "Target") -> dict:
         wal_bytes=wal_bytes(target),
     )
     if target.is_file:
-        info.update(backends.of(target).describe(target))
+        info.update(backend_for(target).describe(target))
         info["size_bytes"] = size_bytes(target)
         if found.kind not in ("alembic", "upstream"):
             return info
@@ -157,7 +156,7 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
         findings.append(Finding("integrity", "skipped", "not applicable on PostgreSQL: the "
                                 "server checks its own pages (data checksums, amcheck)"))
     else:
-        health = backends.of(target).files.health(target.path, quick=quick)
+        health = backend_for(target).files.health(target.path, quick=quick)
         if health.integrity:
             shown = "; ".join(health.integrity[:3])
             findings.append(Finding("integrity", "problem", f"{shown} — {RECOVER_HINT}"))
@@ -233,7 +232,7 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
     else:
         findings.append(Finding("wal", "ok", f"WAL {human_bytes(wal)}"))
     # the library and the journal against the filesystem (the file backend's judgement)
-    findings.extend(Finding(*f) for f in backends.of(target).files.findings(target.path,
+    findings.extend(Finding(*f) for f in backend_for(target).files.findings(target.path,
                                                                           health.journal_mode))
     return findings
 
@@ -241,7 +240,7 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
 def _privilege_findings(conn, target: "Target") -> list[Finding]:
     """PostgreSQL: what the connected role and every runtime role (a role holding
     privileges on ``sessions``) lack, each named with the command that fixes it."""
-    roles = backends.of(target).roles
+    roles = backend_for(target).roles
     if roles is None:
         return []
     hint = "the database's owner runs `hermes-store db grant {role}` (with this --db)"
@@ -345,7 +344,7 @@ def journal_mode_command(
     path = sqlite_file(ctx, "maintenance journal-mode",
                        "the server keeps its own write-ahead log; there is no journal mode to switch")
     require_file(path)
-    before, after = backends.of(target).files.set_journal_mode(path, mode)
+    before, after = backend_for(target).files.set_journal_mode(path, mode)
     if o.json_mode:
         o.emit({"path": str(path), "before": before, "after": after})
     elif before == after:
@@ -363,7 +362,7 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     untouched, with the `recover` hint. Needs the file to itself: stop Hermes first.
     SQLite files only.
     """
-    from .. import backends
+    from .common import backend_for
 
     o = out(ctx, json_flag)
     path = sqlite_file(
@@ -372,7 +371,7 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
         "server does not have; check the store with `hermes-store maintenance doctor` "
         "(its --fix rebuilds the full-text indexes)")
     require_file(path)
-    report = backends.of(state(ctx).target).files.repair(path)
+    report = backend_for(state(ctx).target).files.repair(path)
     if o.json_mode:
         o.emit(report.as_dict())
         return

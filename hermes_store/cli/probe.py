@@ -53,9 +53,9 @@ class Probe:
 def probe(target: "Target") -> Probe:
     """Where ``target`` stands, read without writing anything (a database the server
     does not have is ``missing``)."""
-    from .. import backends
+    from .common import backend_for
 
-    migrations = backends.of(target).migrations
+    migrations = backend_for(target).migrations
     try:
         found = migrations.state(target)
     except errors.StoreNotFoundError:
@@ -74,10 +74,10 @@ def read_engine(target: "Target") -> Iterator["sa.Engine"]:
     on exit. Driver errors become the package's errors (they name the database)."""
     import sqlalchemy as sa
 
-    from .. import backends
+    from .common import backend_for
     from ..connections import reader
 
-    backend = backends.of(target)
+    backend = backend_for(target)
     engine = backend.inspection_engine(target)
     try:
         yield reader(engine)
@@ -90,13 +90,13 @@ def read_engine(target: "Target") -> Iterator["sa.Engine"]:
 def size_bytes(target: "Target", conn: "sa.Connection | None" = None) -> int | None:
     """The file's size, or the server database's (through ``conn``); None when there is
     nothing to measure."""
-    from .. import backends
+    from .common import backend_for
 
-    return backends.of(target).size_bytes(conn, target)
+    return backend_for(target).size_bytes(conn, target)
 
 
 def wal_bytes(target: "Target") -> int | None:
     """The size of a file's ``-wal`` (0 when absent); None on a server."""
-    from .. import backends
+    from .common import backend_for
 
-    return backends.of(target).wal_bytes(target)
+    return backend_for(target).wal_bytes(target)

@@ -27,7 +27,7 @@ def recover_command(
     inspect the report, then swap the files yourself with Hermes stopped. Exit 1 when
     rows were lost (the output is still written). SQLite files only.
     """
-    from .. import backends
+    from .common import backend_for
 
     o = out(ctx, json_flag)
     source = sqlite_file(
@@ -36,7 +36,7 @@ def recover_command(
         "repairs and restores its own data (its logs, amcheck, a pg_dump or base backup; "
         "see docs/postgres.md)")
     with o.progress("Recovering tables", None) as advance:
-        report = backends.of(state(ctx).target).files.recover(
+        report = backend_for(state(ctx).target).files.recover(
             source,
             output_path,
             work_dir=work_dir,

@@ -13,7 +13,8 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .. import backends, errors, location, migrate, schema, telegram_schema
+from .. import errors, location, migrate, schema, telegram_schema
+from ..backends.base import get
 from ..location import Target
 from .report import CopyError
 from .tables import (
@@ -32,7 +33,7 @@ class Side:
     def __init__(self, target: Target, *, writable: bool) -> None:
         self.target = target
         self.writable = writable
-        self.backend = backends.of(target)
+        self.backend = get(target.backend)
         self.copying = self.backend.copying
         self._engine: Engine | None = None
 
@@ -226,10 +227,10 @@ def id_high_water(side: Side, conn: Connection) -> int:
 
 def resolve_pair(source, destination) -> tuple[Target, Target]:
     src, dst = location.resolve(source), location.resolve(destination)
-    if src.backend == dst.backend and backends.of(src).same_database(src, dst):
+    if src.backend == dst.backend and get(src.backend).same_database(src, dst):
         raise CopyError(f"the source and the destination are the same database ({src.display})")
-    location.require_driver(src)
-    location.require_driver(dst)
+    get(src.backend).require_driver(src)
+    get(dst.backend).require_driver(dst)
     return src, dst
 
 

@@ -19,30 +19,29 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from .. import backends
-from ..backends.base import ProgressCallback
+from ..backends.base import ProgressCallback, backend_of
 
 
 def usable_indexes(conn: Connection) -> list[str]:
-    return backends.of(conn).usable_fts_indexes(conn)
+    return backend_of(conn).usable_fts_indexes(conn)
 
 
 def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> list[str]:
-    return backends.of(conn).rebuild_fts(conn, progress=progress)
+    return backend_of(conn).rebuild_fts(conn, progress=progress)
 
 
 def integrity_check(conn: Connection) -> list[str]:
-    return backends.of(conn).fts_integrity_check(conn)
+    return backend_of(conn).fts_integrity_check(conn)
 
 
 def optimize(conn: Connection, **options) -> bool:
     """One bounded step of index upkeep (SQLite: ``pages``/``steps`` of FTS5 merging);
     True when nothing is left to do. Call it, one short transaction each, until True."""
-    return backends.of(conn).optimize_fts(conn, **options)
+    return backend_of(conn).optimize_fts(conn, **options)
 
 
 def fts_sizes(conn: Connection) -> dict[str, int]:
-    return backends.of(conn).fts_sizes(conn)
+    return backend_of(conn).fts_sizes(conn)
 
 
 __all__ = ["ProgressCallback", "fts_sizes", "integrity_check", "optimize", "rebuild",

@@ -24,8 +24,8 @@ refused with an error from :mod:`hermes_store.errors` and left as it was.
 
 from __future__ import annotations
 
-from .. import backends, errors, location
-from ..backends.base import StoreState
+from .. import errors, location
+from ..backends.base import StoreState, backend_of, get
 from .results import CheckResult
 from .scripts import (
     MIGRATIONS_DIR,
@@ -55,7 +55,7 @@ Given = location.Given
 
 def _migrations(given: Given):
     target = location.resolve(given)
-    return target, backends.of(target).migrations
+    return target, get(target.backend).migrations
 
 
 def _file_migrations(given: Given):
@@ -76,6 +76,12 @@ def inspect_file(path: Given) -> StoreState:
     or DatabaseAccessError; never changes anything.
     """
     target, migrations = _file_migrations(path)
+    return migrations.state(target)
+
+
+def state(path: Given = None) -> StoreState:
+    """Where a database stands (a file or a server), read without writing to it."""
+    target, migrations = _migrations(path)
     return migrations.state(target)
 
 
@@ -169,7 +175,7 @@ def upgrade_telegram_topics(path: Given = None, revision: str = "head", *,
     database already has (e.g. an upstream file that opted in), never create them.
     """
     if connection is not None:
-        return backends.of(connection).migrations.upgrade_topics_on(connection, revision)
+        return backend_of(connection).migrations.upgrade_topics_on(connection, revision)
     target, migrations = _file_migrations(path)
     return migrations.upgrade_topics(target, revision, only_if_present=only_if_present)
 

@@ -17,7 +17,8 @@ from typing import Callable
 
 import sqlalchemy as sa
 
-from .. import backends, errors, telegram_schema
+from .. import errors, telegram_schema
+from ..backends.base import backend_of
 from .scripts import describe, telegram_topics_head, topic_scripts, topic_version
 
 
@@ -144,7 +145,7 @@ def check_telegram_topics(conn: sa.Connection, where: object = "database") -> To
     from alembic.migration import MigrationContext
 
     T = telegram_schema
-    migrations = backends.of(conn).migrations
+    migrations = backend_of(conn).migrations
     state = migrations.topics_state_on(conn, where)
     drift: list[str] = []
     if state.kind != "absent":

@@ -49,7 +49,8 @@ from sqlalchemy.engine import Engine
 from ..connections import BEGIN_MODE, HeldConnections, PooledConnections, transaction
 from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyError
 from ..unit_locks import STORE, Locks
-from ..units import Outage, RetryPolicy, WriteUnits
+from ..policy import RetryPolicy
+from ..units import Outage, WriteUnits
 from .prebuilt import Prebuilt
 
 if TYPE_CHECKING:  # pragma: no cover

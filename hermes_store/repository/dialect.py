@@ -44,27 +44,18 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from .. import backends
+from ..backends.base import backend_of
 
 
 def _generic(construct):
     """Register the decorated function as ``construct``'s generic SQL.
 
     Each backend registers its own SQL for a construct where it differs
-    (``backends/<engine>/dialect.py``, imported with the backend). A dialect whose
-    backend is not loaded yet — a statement compiled before any store of that engine
-    was opened — gets it loaded first, then compiles with it; a dialect without a
-    backend, or whose backend has nothing of its own, gets the generic SQL.
+    (``backends/<engine>/dialect.py``, imported with the backend, before any engine of
+    it exists); a dialect whose backend has nothing of its own gets the generic SQL.
     """
     def decorate(fn):
-        def compile_(element, compiler, **kw):
-            name = compiler.dialect.name
-            if name in backends.PACKAGES and name not in backends.loaded():
-                backends.get(name)
-                return compiler.process(element, **kw)
-            return fn(element, compiler, **kw)
-
-        compiles(construct)(compile_)
+        compiles(construct)(fn)
         return fn
 
     return decorate
@@ -72,7 +63,7 @@ def _generic(construct):
 
 def insert_for(conn: sa.Connection, table: sa.Table):
     """``insert(table)`` of the connection's dialect, with ``on_conflict_*`` methods."""
-    return backends.of(conn).insert(table)
+    return backend_of(conn).insert(table)
 
 
 class json_text(FunctionElement):
@@ -274,4 +265,4 @@ def keep_ids_ahead(conn: sa.Connection, column: sa.Column) -> None:
     key: an import keeping exported ids), make the next generated value larger than every
     stored one, as SQLite's AUTOINCREMENT does by itself (a PostgreSQL sequence does not
     move for explicit values). Callers run inside an exclusive write unit."""
-    backends.of(conn).keep_ids_ahead(conn, column)
+    backend_of(conn).keep_ids_ahead(conn, column)

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
-from .. import backends
+from ..backends.base import backend_of
 from ..driver import driver_execute, uses_driver
 
 _NOT_COMPILED = object()
@@ -74,7 +74,7 @@ class Prebuilt:
         """The SQL text and how to fill its parameters from ``values``."""
         if not uses_driver(dialect):
             return None
-        backend = backends.of_dialect(dialect)
+        backend = backend_of(dialect)
         paging = self.paging if self.paging and backend.pages_in_sql else ()
         statement = _numbers_inlined(self.statement, dialect, paging)
         compiled = statement.compile(dialect=dialect, column_keys=self.column_keys)

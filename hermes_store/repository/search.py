@@ -33,7 +33,8 @@ from typing import Any, Iterable, NamedTuple
 
 import sqlalchemy as sa
 
-from .. import backends, schema
+from .. import schema
+from ..backends.base import backend_of
 from ..errors import DatabaseDamagedError
 from ..fts import query as fq
 from ..fts.layout import FTS_TABLE, TRIGRAM_TABLE
@@ -507,7 +508,7 @@ class SearchMixin(RepositoryBase):
 
         def search(reads: LazyReads, *, known_indexes: bool = True) -> list[dict]:
             answer.clear()
-            sql = backends.of_dialect(reads.conn.dialect).search
+            sql = backend_of(reads.conn).search
             present, answer["known"] = _present_indexes(reads, sql, known_indexes)
             plan = fq.plan_search(sanitized, present)
             if plan is None:
@@ -522,7 +523,7 @@ class SearchMixin(RepositoryBase):
             try:
                 return self._read_lazily(search)
             except sa.exc.DBAPIError as exc:
-                sql = backends.of_dialect(self._require_open().dialect).search
+                sql = self._backend.search
                 if not (answer.get("known") and sql.search_layer_missing(exc)):
                     raise
                 # the full-text layer went away since this connection last looked: look

@@ -15,6 +15,7 @@ from functools import lru_cache
 import sqlalchemy as sa
 
 from .. import schema, unit_locks
+from ..backends.base import backend_of
 from .base import RepositoryBase
 from .prebuilt import Prebuilt
 
@@ -77,11 +78,9 @@ _USAGE_COLUMNS = (*_USAGE_KEY, *_TOKEN_FIELDS, "api_call_count", "estimated_cost
 
 
 @lru_cache(maxsize=8)
-def _usage_upsert(backend_name: str) -> Prebuilt:
+def _usage_upsert(backend) -> Prebuilt:
     """The ``session_model_usage`` upsert in this engine's dialect (``_add_usage``)."""
-    from .. import backends
-
-    stmt = backends.get(backend_name).insert(U).values(
+    stmt = backend.insert(U).values(
         {name: sa.bindparam(f"p_{name}", type_=U.c[name].type) for name in _USAGE_COLUMNS})
     new = stmt.excluded
     return Prebuilt(stmt.on_conflict_do_update(
@@ -139,7 +138,7 @@ def _add_usage(
         "p_first_seen": now, "p_last_seen": now,
         **{f"p_{name}": value for name, value in tokens.items()},
     }
-    _usage_upsert(conn.dialect.name).execute(conn, values)
+    _usage_upsert(backend_of(conn)).execute(conn, values)
 
 
 class UsageMixin(RepositoryBase):

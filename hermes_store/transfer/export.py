@@ -10,7 +10,7 @@ from typing import IO, Any, Callable, Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import backends
+from ..backends.base import backend_of
 from ..connections import reader
 from ..errors import SessionNotFoundError
 from ..repository.message_rows import CONTENT_JSON_PREFIX
@@ -38,7 +38,7 @@ def _reflect(conn: Connection) -> dict[str, sa.TableClause]:
     inspector = sa.inspect(conn)
     names = set(inspector.get_table_names())
     # columns the engine computes itself (PostgreSQL's full-text ones): derived, not data
-    derived = backends.of(conn).computed_column
+    derived = backend_of(conn).computed_column
     tables = {}
     for name in ("sessions", "messages", "system_prompts", "session_model_usage"):
         if name in names:

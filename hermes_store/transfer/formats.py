@@ -10,7 +10,8 @@ from typing import IO, Any
 
 from sqlalchemy.engine import Engine
 
-from .. import backends, location
+from .. import location
+from ..backends.base import get
 from ..errors import HermesStoreError, StoreReadOnlyError
 
 FORMAT_KEY = "hermes_store_export"
@@ -76,7 +77,7 @@ class _Opened:
             where = location.resolve(target)  # a URL is never taken for a path
             if where.is_file and not where.path.exists():
                 raise HermesStoreError(f"{where.path} does not exist: nothing to read")
-            self.engine = backends.of(where).tool_engine(where, read_only=read_only)
+            self.engine = get(where.backend).tool_engine(where, read_only=read_only)
             self.owned = True
         else:
             raise TypeError(f"expected an Engine, a SessionDB, a path or a URL, got {type(target).__name__}")

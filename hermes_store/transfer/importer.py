@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .. import backends, schema
+from .. import schema
+from ..backends.base import backend_of
 from ..connections import writer
 from ..errors import StoreBusyError
 from ..paths import expand_home
@@ -61,7 +62,7 @@ class _Importer:
 
     def __init__(self, engine: Engine, report: ImportReport, batch_size: int, progress, total: int):
         self.engine = writer(engine)
-        self.backend = backends.of(engine)
+        self.backend = backend_of(engine)
         self.label = self.backend.label(engine)
         # A batch reads (ids, titles) then writes: like every such write unit it runs
         # alone (decision D13): under the unit lock where the engine has one, as BEGIN

@@ -25,7 +25,8 @@ from logging.config import fileConfig
 from alembic import context
 from alembic.util import CommandError
 
-from hermes_store import backends, errors, location
+from hermes_store import errors, location
+from hermes_store.backends.base import backend_of, get
 from hermes_store.migrate import read_only_command
 
 config = context.config
@@ -40,12 +41,12 @@ def main() -> None:
     connection = config.attributes.get("connection")
     try:
         if connection is not None:
-            backends.of(connection).migrations.run_topics_env_on(context, connection, "database")
+            backend_of(connection).migrations.run_topics_env_on(context, connection, "database")
         else:
             given = (config.attributes.get("db_path")
                      or context.get_x_argument(as_dictionary=True).get("db"))
             target = location.resolve(given or None)
-            backends.of(target).migrations.run_topics_env(
+            get(target.backend).migrations.run_topics_env(
                 context, target, read_only=read_only_command(context))
     except errors.HermesStoreError as exc:
         if config.cmd_opts is not None:  # the alembic CLI: one "FAILED: <reason>" line

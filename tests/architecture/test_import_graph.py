@@ -24,6 +24,7 @@ SOURCES = {"hermes_store": ROOT / "hermes_store", "hermes_store.migrations": ROO
 #: Keep in step with docs/architecture.md, "Layers".
 LAYERS = [
     ("foundation", ["hermes_store.errors", "hermes_store.paths", "hermes_store.patterns",
+                    "hermes_store.policy",
                     "hermes_store.revisions",
                     "hermes_store.location", "hermes_store.schema", "hermes_store.telegram_schema",
                     "=hermes_store.fts", "hermes_store.fts.layout", "hermes_store.fts.query",
@@ -67,7 +68,8 @@ def _modules() -> dict[str, Path]:
     found = {}
     for package, root in SOURCES.items():
         for path in root.rglob("*.py"):
-            if "results" in path.parts or "__pycache__" in path.parts:
+            # results: caches; scratch: git-ignored throwaway work (docs/performance.md)
+            if {"results", "__pycache__", "scratch"} & set(path.parts):
                 continue
             found[_module_name(package, root, path)] = path
     return found

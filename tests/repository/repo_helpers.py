@@ -133,12 +133,12 @@ def set_fields(db, session_id: str, **values) -> None:
 def fts_hits(db, word: str) -> int:
     """Messages the word index finds for ``word`` (FTS5 MATCH, or the tsvector's @@),
     asked directly, so a test sees the index itself and not the search concern."""
-    from hermes_store import backends
+    from hermes_store.backends.base import backend_of
     from hermes_store.fts import query as fq
     from hermes_store.backends.sqlite.fts.ddl import FTS_TABLE
 
     with db._read() as conn:
-        sql = backends.of(conn).search
+        sql = backend_of(conn).search
         form, values = sql.prepare(FTS_TABLE, word)
         stmt = (sa.select(sa.func.count()).select_from(sql.source(FTS_TABLE, schema.messages))
                 .where(sql.condition(FTS_TABLE, schema.messages, form)))

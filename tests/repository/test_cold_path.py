@@ -96,5 +96,5 @@ def test_opening_a_file_at_head_defines_no_dataclass_and_skips_the_repair_module
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout)
     # RetryPolicy stays a dataclass: it validates its fields and is public API
-    assert found["dataclasses"] == ["hermes_store.units.RetryPolicy"]
+    assert found["dataclasses"] == ["hermes_store.policy.RetryPolicy"]
     assert found["repair"] is False

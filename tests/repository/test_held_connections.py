@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import SessionDB, StoreClosedError, backends, schema
+from hermes_store import SessionDB, StoreClosedError, schema
+from hermes_store.backends.base import get
 from hermes_store.location import resolve
 from hermes_store.repository.prebuilt import Prebuilt
 from repo_helpers import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
@@ -141,7 +142,7 @@ def test_the_core_fallback_answers_as_the_driver_path_does(db_target, other_targ
     assert any(context is None for context in seen)  # statements went through the driver
 
     # a dialect without the door: every statement through Core on the same doors
-    monkeypatch.setattr(type(backends.of(resolve(other_target))), "door_drivers", frozenset())
+    monkeypatch.setattr(type(get(resolve(other_target).backend)), "door_drivers", frozenset())
     seen.clear()
     with SessionDB(other_target) as store:
         sa.event.listen(store.engine, "before_cursor_execute", record)

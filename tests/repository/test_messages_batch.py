@@ -221,15 +221,17 @@ def _prebuilt_statements():
 def test_driver_shortcut_refuses_what_needs_core_at_run_time():
     from sqlalchemy.dialects import postgresql, sqlite
 
+    from hermes_store.backends.base import get
     from hermes_store.repository.messages import _INSERT_MESSAGE
 
-    assert _INSERT_MESSAGE._driver_form(sqlite.dialect()) is not None
+    lite, pg = get("sqlite"), get("postgresql")  # bare dialects carry them as engines do
+    assert _INSERT_MESSAGE._driver_form(lite.carry(sqlite.dialect())) is not None
     # psycopg: named parameters, and the new id comes back through RETURNING
-    form = _INSERT_MESSAGE._driver_form(postgresql.psycopg.dialect())
+    form = _INSERT_MESSAGE._driver_form(pg.carry(postgresql.psycopg.dialect()))
     assert form.named and form.returns_key and form.sql.endswith("RETURNING messages.id")
     # a driver without the door (psycopg2 is refused at open anyway)
-    assert _INSERT_MESSAGE._driver_form(postgresql.psycopg2.dialect()) is None
+    assert _INSERT_MESSAGE._driver_form(pg.carry(postgresql.psycopg2.dialect())) is None
     # RETURNING anything but the new key needs Core
     returning = prebuilt.Prebuilt(sa.insert(schema.messages).returning(schema.messages.c.role),
                                   column_keys=["session_id", "role", "timestamp"])
-    assert returning._driver_form(postgresql.psycopg.dialect()) is None
+    assert returning._driver_form(pg.carry(postgresql.psycopg.dialect())) is None

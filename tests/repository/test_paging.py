@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from hermes_store import backends
+from hermes_store.backends.base import backend_of
 from repo_helpers import backend, db, db_path, db_target  # noqa: F401
 
 PAGES = [(3, 0), (3, 3), (3, 7), (0, 0), (-1, 0), (-1, 4), (5, -2), (100, 8)]
@@ -70,7 +70,7 @@ def test_where_the_backend_writes_page_numbers_in_they_are_in_the_sql(filled):
     filled.list_sessions_rich(limit=4, offset=0)
     listings = [s for s in seen if "FROM sessions" in s and "ORDER BY sessions.started_at DESC" in s]
     assert len(listings) == 2
-    if backends.of(filled.engine).pages_in_sql:
+    if backend_of(filled.engine).pages_in_sql:
         assert "LIMIT 3 OFFSET 2" in listings[0] and "LIMIT 4 OFFSET 0" in listings[1]
     else:  # bound: one text for every page
         assert listings[0] == listings[1]

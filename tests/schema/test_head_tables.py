@@ -94,7 +94,7 @@ def test_metadata_also_compiles_for_postgresql():
     # Nothing SQLite-only may leak into the Core schema. The partial indexes' predicate is
     # written once (as SQLite's option) and given to PostgreSQL by its backend when it
     # loads (schema._partial): what a process that opens a PostgreSQL store does first.
-    from hermes_store import backends
+    from hermes_store.backends import base as backends
 
     backends.get("postgresql")
     dialect = postgresql.dialect()

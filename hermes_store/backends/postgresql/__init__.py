@@ -22,6 +22,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from ..base import Backend, OpenedStore
+from . import engine as _engine
 from . import dialect as _dialect  # noqa: F401  (registers the PostgreSQL compilations)
 from . import errors as _errors
 
@@ -235,5 +236,7 @@ class PostgresqlBackend(Backend):
 
 
 BACKEND = PostgresqlBackend()
+# every engine of this package carries it (``engine.CARRIED``, ``Backend.carry``)
+_engine.CARRIED = BACKEND
 
 __all__ = ["BACKEND", "HOLD_CONNECTIONS", "PostgresqlBackend"]

@@ -40,6 +40,12 @@ APPLICATION_NAME = "hermes_store"
 DEFAULT_CONNECT_TIMEOUT = 10
 
 
+
+#: the PostgreSQL backend, which every engine made here carries (``Backend.carry``: code
+#: holding a connection reads it back with ``backends.base.backend_of``); the package hands
+#: it over as it loads, before anything can call this module
+CARRIED = None
+
 def require_driver(target: Target) -> None:
     """Raise :class:`DriverMissingError` when psycopg cannot be imported (called before
     anything connects to PostgreSQL)."""
@@ -132,7 +138,7 @@ def create_engine(
     event.listen(engine, "checkout", _check_on_checkout)
     event.listen(engine, "checkin", _on_checkin)
     event.listen(engine, "begin", _begin_hook(read_only, lock_timeout))
-    return engine
+    return CARRIED.carry(engine)
 
 
 #: URL query key for psycopg's server-side prepared statements: a number of executions

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ...connections import autocommit
-from ...units import ABORTED, COMMITTED, IN_PROGRESS
+from ..base import ABORTED, COMMITTED, IN_PROGRESS
 
 #: key of a connection record's ``info``: the server history the connection reached
 IDENTITY = "hermes_store.server_identity"

@@ -29,6 +29,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ..base import Backend, OpenedStore
+from . import engine as _engine
 from . import dialect as _dialect  # noqa: F401  (registers the SQLite compilations)
 from .errors import is_busy_error, translate_error
 
@@ -250,5 +251,7 @@ class SQLiteBackend(Backend):
 
 
 BACKEND = SQLiteBackend()
+# every engine of this package carries it (``engine.CARRIED``, ``Backend.carry``)
+_engine.CARRIED = BACKEND
 
 __all__ = ["BACKEND", "SQLiteBackend"]

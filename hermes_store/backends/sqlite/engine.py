@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 
 from ...connections import autocommit, begin_statement
 from ...driver import driver_execute, uses_driver
-from ...units import DEFAULT_BUSY_TIMEOUT
+from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
 from . import journal as _journal
 from . import library as _library
@@ -38,6 +38,12 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 #: ``create_engine(journal_mode=AUTO)``: the journal plan decides (``journal.py``)
 AUTO = "auto"
 
+
+
+#: the SQLite backend, which every engine made here carries (``Backend.carry``: code
+#: holding a connection reads it back with ``backends.base.backend_of``); the package hands
+#: it over as it loads, before anything can call this module
+CARRIED = None
 
 def create_engine(
     path: str | os.PathLike,
@@ -103,7 +109,7 @@ def create_engine(
             _journal.apply(dbapi_conn, plan, label)
 
     event.listen(engine, "begin", _on_begin)
-    return engine
+    return CARRIED.carry(engine)
 
 
 def _on_begin(conn: sa.Connection) -> None:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ...errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
-from ...units import DEFAULT_BUSY_TIMEOUT
+from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .stamp import stamped_at_head
 from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`

@@ -47,7 +47,7 @@ from ...errors import (
     NotADatabaseError,
     StoreInUseError,
 )
-from ...units import DEFAULT_BUSY_TIMEOUT
+from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error
 from .fileops import copy_in_child
 from .files import probe_database
