@@ -10,7 +10,7 @@ says so (``connection_invalidated``).
 
 Which drivers may take the door is each backend's to say (the backend the connection's
 engine carries) (``Backend.door_drivers``:
-pysqlite, psycopg); ``repository.prebuilt`` compiles the SQL text for each, and any other
+pysqlite, psycopg); ``sql.prebuilt`` compiles the SQL text for each, and any other
 driver runs the same statements through Core.
 
 Asking SQLAlchemy whether anything listens costs about a microsecond per statement

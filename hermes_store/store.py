@@ -29,7 +29,7 @@ from .errors import InvalidArgumentError, ServerUnreachableError
 from .location import Given, Target, resolve
 from .repository.base import ReadInterrupted, ThreadSnapshot
 from .repository.concerns import CONCERNS, EAGER, Assembled, AssembledOnUse, load
-from .repository.values import need_no_scrubbing, scrub_surrogates
+from .sql.values import need_no_scrubbing, scrub_surrogates
 from .policy import RetryPolicy
 from .units import Outage, WriteUnits
 

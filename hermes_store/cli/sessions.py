@@ -349,7 +349,7 @@ def _stats(target: "Target") -> dict:
     import sqlalchemy as sa
 
     from .. import schema
-    from ..repository.dialect import int_sum
+    from ..sql.constructs import int_sum
 
     S, M = schema.sessions, schema.messages
     real = (

@@ -14,7 +14,7 @@ through three doors:
 * ``with self._read() as conn:`` — one read snapshot (a deferred transaction), so a
   reader never sees half of a write unit even across several statements.
 * ``self._query(statement, values)`` — the rows of one prebuilt SELECT
-  (``repository.prebuilt.Prebuilt``). A single statement is a consistent snapshot by
+  (``sql.prebuilt.Prebuilt``). A single statement is a consistent snapshot by
   itself, so outside a unit or a snapshot it needs no transaction at all.
 * ``self._read_lazily(fn)`` — ``fn(reads)`` for a read that usually needs one statement
   and sometimes more (a search): on PostgreSQL it runs without a transaction, like
@@ -51,7 +51,7 @@ from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyErro
 from ..unit_locks import STORE, Locks
 from ..policy import RetryPolicy
 from ..units import Outage, WriteUnits
-from .prebuilt import Prebuilt
+from ..sql.prebuilt import Prebuilt
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Backend

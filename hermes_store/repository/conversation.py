@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from .. import schema
 from ..patterns import LazyPattern
 from .message_rows import _load_json, decode_content
-from .prebuilt import Prebuilt
+from ..sql.prebuilt import Prebuilt
 
 log = logging.getLogger(__name__)
 

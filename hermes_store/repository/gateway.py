@@ -26,9 +26,9 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
-from .dialect import ascii_lower, insert_for
+from ..sql.constructs import ascii_lower, insert_for
 from .sessions import RECOVERABLE_END_REASONS, row_dict, session_columns
-from .values import scrub_surrogates
+from ..sql.values import scrub_surrogates
 
 S = schema.sessions
 M = schema.messages

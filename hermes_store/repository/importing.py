@@ -44,10 +44,10 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
-from .dialect import keep_ids_ahead
+from ..sql.constructs import keep_ids_ahead
 from .message_rows import _INSERT_MESSAGE, _bulk_rows
 from .sessions import keeps_prompts_inline, store_prompt
-from .values import scrub_surrogates
+from ..sql.values import scrub_surrogates
 
 S = schema.sessions
 M = schema.messages

@@ -20,7 +20,7 @@ from functools import lru_cache
 import sqlalchemy as sa
 
 from .. import schema
-from .dialect import json_text
+from ..sql.constructs import json_text
 
 COMPRESSION = "compression"
 BRANCHED = "branched"

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from .. import schema
 from . import kinds
 from .base import RepositoryBase
-from .dialect import ascii_lower, int_sum, like_nocase, limit_or_all, offset_or_zero
-from .prebuilt import Prebuilt
+from ..sql.constructs import ascii_lower, int_sum, like_nocase, limit_or_all, offset_or_zero
+from ..sql.prebuilt import Prebuilt
 from .sessions import as_cache_key, listing_filters, row_dict, session_columns
-from .values import LIKE_ESCAPE, like_containing
+from ..sql.values import LIKE_ESCAPE, like_containing
 
 S = schema.sessions
 M = schema.messages

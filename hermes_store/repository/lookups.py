@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import schema
 from .base import RepositoryBase
 from .conversation import CONVERSATION_COLUMNS
-from .dialect import ascii_lower, like_nocase, starts_with
+from ..sql.constructs import ascii_lower, like_nocase, starts_with
 from .lineage import (
     compression_chains,
     finish_rich_row,
@@ -25,7 +25,7 @@ from .lineage import (
     with_chain_activity,
 )
 from .sessions import listing_filters
-from .values import LIKE_ESCAPE, like_containing, like_prefix
+from ..sql.values import LIKE_ESCAPE, like_containing, like_prefix
 
 S = schema.sessions
 M = schema.messages

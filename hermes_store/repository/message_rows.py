@@ -22,8 +22,8 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..errors import InvalidArgumentError
-from .prebuilt import Prebuilt
-from .values import scrub_surrogates
+from ..sql.prebuilt import Prebuilt
+from ..sql.values import scrub_surrogates
 
 log = logging.getLogger(__name__)
 

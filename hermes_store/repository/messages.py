@@ -44,7 +44,7 @@ from .conversation import (
     _is_replayed_prompt,
     _without_review_harness,
 )
-from .dialect import limit_or_all, offset_or_zero
+from ..sql.constructs import limit_or_all, offset_or_zero
 from .message_rows import (
     _INSERT_MESSAGE,
     _append_rows,
@@ -57,8 +57,8 @@ from .message_rows import (
     decode_content,
     encode_content,
 )
-from .prebuilt import Prebuilt
-from .values import scrub_surrogates
+from ..sql.prebuilt import Prebuilt
+from ..sql.values import scrub_surrogates
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from ..errors import HermesStoreError
 from .base import RepositoryBase
-from .dialect import insert_for
+from ..sql.constructs import insert_for
 
 log = logging.getLogger(__name__)
 

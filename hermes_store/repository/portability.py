@@ -21,9 +21,9 @@ from .. import schema, unit_locks
 from ..units import hold
 from . import kinds
 from .base import RepositoryBase
-from .dialect import ascii_lower, like_nocase
+from ..sql.constructs import ascii_lower, like_nocase
 from .sessions import drop_unreferenced_prompts, row_dict
-from .values import LIKE_ESCAPE, like_containing
+from ..sql.values import LIKE_ESCAPE, like_containing
 
 log = logging.getLogger(__name__)
 

@@ -39,10 +39,10 @@ from ..errors import DatabaseDamagedError
 from ..fts import query as fq
 from ..fts.layout import FTS_TABLE, TRIGRAM_TABLE
 from .base import LazyReads, RepositoryBase
-from .dialect import like_nocase
+from ..sql.constructs import like_nocase
 from .message_rows import content_preview, decode_content
-from .prebuilt import Prebuilt
-from .values import LIKE_ESCAPE, like_containing, scrub_surrogates
+from ..sql.prebuilt import Prebuilt
+from ..sql.values import LIKE_ESCAPE, like_containing, scrub_surrogates
 
 log = logging.getLogger(__name__)
 

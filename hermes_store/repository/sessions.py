@@ -26,9 +26,9 @@ from ..errors import InvalidArgumentError, SessionNotFoundError
 from ..units import hold
 from . import kinds
 from .base import RepositoryBase
-from .dialect import insert_for, like_nocase
-from .prebuilt import Prebuilt
-from .values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
+from ..sql.constructs import insert_for, like_nocase
+from ..sql.prebuilt import Prebuilt
+from ..sql.values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
 
 S = schema.sessions
 P = schema.system_prompts

@@ -22,7 +22,7 @@ from .. import schema, unit_locks
 from .. import telegram_schema as T
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
-from .dialect import insert_for
+from ..sql.constructs import insert_for
 from .lineage import finish_rich_row, rich_columns
 from .sessions import row_dict
 

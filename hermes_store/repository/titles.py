@@ -19,9 +19,9 @@ from ..patterns import LazyPattern
 from . import kinds
 from ..units import hold
 from .base import RepositoryBase
-from .dialect import like_nocase
+from ..sql.constructs import like_nocase
 from .sessions import row_dict, session_columns
-from .values import LIKE_ESCAPE, like_prefix, scrub_surrogates
+from ..sql.values import LIKE_ESCAPE, like_prefix, scrub_surrogates
 
 S = schema.sessions
 

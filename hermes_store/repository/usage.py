@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from ..backends.base import backend_of
 from .base import RepositoryBase
-from .prebuilt import Prebuilt
+from ..sql.prebuilt import Prebuilt
 
 S = schema.sessions
 U = schema.session_model_usage

@@ -1,8 +1,9 @@
 """The package's import graph, read from its own source with ``ast`` (decision D17).
 
 Every ``import`` and ``from … import`` of ``hermes_store/``, ``migrations/`` (installed as
-``hermes_store.migrations``) and ``benchmarks/`` — at module level or inside a function:
-a lazy import is still a dependency — becomes an arrow between modules. The graph must
+``hermes_store.migrations``) and ``benchmarks/`` — at module level, inside a function (a
+lazy import is still a dependency) or under ``if TYPE_CHECKING:`` (an annotation names a
+dependency too) — becomes an arrow between modules. The graph must
 have no circle; the core and the SQLite backend must never import the PostgreSQL
 backend or psycopg (a default install never has them: D11); the two backends never
 import each other; and no module imports one of a higher layer (the layers of
@@ -37,8 +38,7 @@ LAYERS = [
                     "hermes_store.migrations.telegram_topics.versions"]),
     ("engine core", ["hermes_store.driver", "hermes_store.connections", "hermes_store.units",
                      "hermes_store.unit_locks",
-                     "hermes_store.display_order", "hermes_store.repository.dialect",
-                     "hermes_store.repository.prebuilt", "hermes_store.repository.values",
+                     "hermes_store.display_order", "hermes_store.sql",
                      "hermes_store.migrate.scripts", "hermes_store.migrate.topics",
                      "hermes_store.migrate.results", "hermes_store.fts.maintenance"]),
     ("backends", ["hermes_store.backends.sqlite", "hermes_store.backends.postgresql"]),
@@ -88,24 +88,11 @@ def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node but those under ``if TYPE_CHECKING:`` (annotations only: never run)."""
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
-                pending.extend(child.orelse)
-                continue
-            pending.append(child)
-
-
 def _imports(module: str, path: Path) -> set[str]:
     """Every module ``module`` imports (a name imported from a package is the submodule
     when one exists by that name)."""
     targets = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -251,7 +251,7 @@ def test_is_fts_object_names_what_schema_comparison_must_skip():
 
 
 def test_the_repositorys_json_text_reads_markers_alike_on_postgresql(engine):
-    from hermes_store.repository.dialect import json_text
+    from hermes_store.sql.constructs import json_text
 
     with engine.begin() as conn:
         add_session(conn, "d", model_config={"_delegate_from": "p"})

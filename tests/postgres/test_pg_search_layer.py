@@ -21,8 +21,8 @@ from hermes_store.fts import query as fq
 from hermes_store.backends.postgresql.fts import search as pq
 from hermes_store.backends.sqlite.fts import search as fts5
 from hermes_store.location import resolve
-from hermes_store.repository.dialect import like_nocase
-from hermes_store.repository.values import LIKE_ESCAPE, like_containing
+from hermes_store.sql.constructs import like_nocase
+from hermes_store.sql.values import LIKE_ESCAPE, like_containing
 
 M, S = schema.messages, schema.sessions
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hermes_store import SessionDB, StoreClosedError, schema
 from hermes_store.backends.base import get
 from hermes_store.location import resolve
-from hermes_store.repository.prebuilt import Prebuilt
+from hermes_store.sql.prebuilt import Prebuilt
 from repo_helpers import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, SessionNotFoundError, schema
 from hermes_store.errors import InvalidArgumentError
-from hermes_store.repository import prebuilt
+from hermes_store.sql import prebuilt
 from hermes_store.repository.messages import MessagesMixin
 
 from repo_helpers import backend, db, db_path, db_target, other_target  # noqa: F401

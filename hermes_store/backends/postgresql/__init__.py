@@ -10,7 +10,7 @@ Its modules, each about one thing:
     server.py     what the server must offer; "at head?" in two statements; VACUUM
     fts/          the tsvector + pg_trgm layout (ddl) and its route (search)
     migrate.py    the baseline at 0030, paired revisions, drift, the topic tables
-    dialect.py    the repository constructs' PostgreSQL SQL
+    constructs.py how the portable SQL constructs (``sql.constructs``) compile on PostgreSQL
     display_order.py  the display-order triggers as PL/pgSQL
     copying.py    a PostgreSQL side of ``db copy`` (COPY, suspended keys, sequences)
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ..base import Backend, OpenedStore
 from . import engine as _engine
-from . import dialect as _dialect  # noqa: F401  (registers the PostgreSQL compilations)
+from . import constructs as _constructs  # noqa: F401  (registers the PostgreSQL compilations)
 from . import errors as _errors
 
 #: Whether a store keeps one connection per thread (``connections.HeldConnections``) on

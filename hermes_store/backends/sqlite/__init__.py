@@ -12,7 +12,7 @@ Its modules, each about one thing:
     stamp.py      "is the file at head?" without Alembic
     fts/          the FTS5 layout (ddl), its MATCH route (search), its upkeep (maintenance)
     migrate/      adoption of upstream files, the revisions' env, drift, topic tables
-    dialect.py    how the repository's portable constructs compile on SQLite
+    constructs.py how the portable SQL constructs (``sql.constructs``) compile on SQLite
     display_order.py  the display-order triggers
     copying.py    a SQLite side of ``db copy``
     repair.py     healing duplicated FTS schema rows (upstream #43149)
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from ..base import Backend, OpenedStore
 from . import engine as _engine
-from . import dialect as _dialect  # noqa: F401  (registers the SQLite compilations)
+from . import constructs as _constructs  # noqa: F401  (registers the SQLite compilations)
 from .errors import is_busy_error, translate_error
 
 

@@ -1,4 +1,4 @@
-"""How the repository's portable constructs compile on SQLite (``repository.dialect``).
+"""How the repository's portable constructs compile on SQLite (``sql.constructs``).
 
 Registered when the SQLite backend is imported. Each renders exactly the SQL the
 construct replaced in the repository: SQLite's own ``LIKE``/``lower()`` (which fold ASCII
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.compiler import compiles
 
-from ...repository.dialect import (
+from ...sql.constructs import (
     _ascii_fold,
     _escape_clause,
     _like_nocase,

@@ -1,5 +1,5 @@
 """How the repository's portable constructs compile on PostgreSQL where the generic
-SQL of ``repository.dialect`` is not enough, and the partial indexes' predicates of the
+SQL of ``sql.constructs`` is not enough, and the partial indexes' predicates of the
 shared metadata for this engine. Registered when the backend is imported."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.ext.compiler import compiles
 
 from ... import schema, telegram_schema
-from ...repository.dialect import json_text
+from ...sql.constructs import json_text
 
 # A partial index has the same predicate on every engine; ``schema`` writes it once, as
 # SQLite's option, so that a SQLite process never loads this dialect (``schema._partial``).

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import schema
-from hermes_store.repository.dialect import (
+from hermes_store.sql.constructs import (
     ascii_lower,
     int_sum,
     json_text,

@@ -3,7 +3,7 @@
 The repository modules build portable SQLAlchemy Core statements; the things Core
 does not spell portably are kept here, each as one small construct with its generic
 SQL (what PostgreSQL runs); a backend whose engine spells one differently registers
-its own compilation in ``backends/<engine>/dialect.py`` (SQLite's are exactly the SQL
+its own compilation in ``backends/<engine>/constructs.py`` (SQLite's are exactly the SQL
 each construct replaced):
 
 * ``insert_for(conn, table)`` — the dialect's ``INSERT`` with ``ON CONFLICT`` support
@@ -51,7 +51,7 @@ def _generic(construct):
     """Register the decorated function as ``construct``'s generic SQL.
 
     Each backend registers its own SQL for a construct where it differs
-    (``backends/<engine>/dialect.py``, imported with the backend, before any engine of
+    (``backends/<engine>/constructs.py``, imported with the backend, before any engine of
     it exists); a dialect whose backend has nothing of its own gets the generic SQL.
     """
     def decorate(fn):
