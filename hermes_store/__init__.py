@@ -2,27 +2,48 @@
 
     from hermes_store import SessionDB
     db = SessionDB()            # $HERMES_HOME/state.db, else ~/.hermes/state.db
+
+Every name a user needs is here: ``SessionDB``, ``RetryPolicy``, ``use_sqlite_library``,
+the default locations, and every error the package raises (``hermes_store.errors``;
+all subclass ``HermesStoreError``).
 """
 
 from __future__ import annotations
 
 from .errors import (
+    CommitOutcomeUnknownError,
+    CopyError,
+    CopyMismatchError,
+    DatabaseAccessError,
     DatabaseDamagedError,
+    DatabaseURLError,
+    DriverMissingError,
     HermesStoreError,
+    ImportFileError,
+    InvalidArgumentError,
     NotADatabaseError,
+    RecoveryError,
+    RoleError,
+    SQLiteLibraryError,
     SchemaError,
     SchemaOutOfDateError,
     SchemaTooNewError,
+    ServerUnreachableError,
     SessionNotFoundError,
-    SQLiteLibraryError,
     StoreBusyError,
     StoreClosedError,
     StoreFullError,
+    StoreInUseError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
     StoreReplacedError,
     TitleError,
     UnsafePathError,
+    UnsupportedBackendError,
+    UnsupportedServerError,
 )
 from .paths import default_db_path, hermes_home
+from .policy import RetryPolicy
 
 __version__ = "0.1.0"
 
@@ -40,23 +61,40 @@ def use_sqlite_library(name: str) -> None:
 
 __all__ = [
     "SessionDB",
+    "RetryPolicy",
     "use_sqlite_library",
+    "default_db_path",
+    "hermes_home",
+    "CommitOutcomeUnknownError",
+    "CopyError",
+    "CopyMismatchError",
+    "DatabaseAccessError",
     "DatabaseDamagedError",
+    "DatabaseURLError",
+    "DriverMissingError",
     "HermesStoreError",
+    "ImportFileError",
+    "InvalidArgumentError",
     "NotADatabaseError",
+    "RecoveryError",
+    "RoleError",
+    "SQLiteLibraryError",
     "SchemaError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "ServerUnreachableError",
     "SessionNotFoundError",
-    "SQLiteLibraryError",
     "StoreBusyError",
     "StoreClosedError",
     "StoreFullError",
+    "StoreInUseError",
+    "StoreNotFoundError",
+    "StoreReadOnlyError",
     "StoreReplacedError",
     "TitleError",
     "UnsafePathError",
-    "default_db_path",
-    "hermes_home",
+    "UnsupportedBackendError",
+    "UnsupportedServerError",
 ]
 
 

@@ -154,6 +154,27 @@ class CopyError(HermesStoreError):
     progress record, data the destination cannot hold…); the message says what to do."""
 
 
+class CopyMismatchError(CopyError):
+    """Verification found tables whose row count or content differ; ``report`` (a
+    ``dbcopy.CopyReport``) says which (the destination keeps its progress record)."""
+
+    def __init__(self, message: str, report: object) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class ImportFileError(HermesStoreError, ValueError):
+    """The import file is unreadable or malformed; nothing was imported."""
+
+
+class RecoveryError(HermesStoreError):
+    """A backup or a recovery could not start or could not produce a verified output."""
+
+
+class RoleError(HermesStoreError, ValueError):
+    """The grant cannot be made as asked (unknown role, not the owner …); says why."""
+
+
 # --------------------------------------------------------------------------- SQLite itself (issue 20)
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from .. import location
 from ..backends.base import get
-from ..errors import HermesStoreError, StoreReadOnlyError
+from ..errors import HermesStoreError, ImportFileError, StoreReadOnlyError
 
 FORMAT_KEY = "hermes_store_export"
 FORMAT_VERSION = 1
@@ -27,10 +27,6 @@ _INSERT_CHUNK = 500
 #: checked rows kept from the validation pass for the writes (~20 MB); a bigger one is
 #: read twice, so an import's memory stays flat whatever the file's size
 KEEP_CHECKED_MESSAGES = 10_000
-
-
-class ImportFileError(HermesStoreError, ValueError):
-    """The import file is unreadable or malformed; nothing was imported."""
 
 
 # --------------------------------------------------------------------------- helpers

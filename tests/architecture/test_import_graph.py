@@ -214,3 +214,59 @@ def test_no_dialect_name_is_tested_outside_the_backends():
             if pattern.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == []
+
+
+#: where a target becomes an open database: the backend is resolved there, once, from the
+#: registry (``backends.base.get``) and carried from then on (``Backend.carry``,
+#: ``backend_of``) — decision D21; docs/architecture.md, "One backend, chosen once"
+OPENING_PATHS = (
+    "hermes_store.store",                           # SessionDB
+    "=hermes_store.migrate",                        # the migrations API
+    "hermes_store.migrations.env",                  # alembic -x db=…
+    "hermes_store.migrations.telegram_topics.env",
+    "hermes_store.dbcopy.sides",                    # db copy opens both sides
+    "hermes_store.transfer.formats",                # export/import of a path or URL
+    "hermes_store.cli",                             # the CLI resolves --db once
+)
+REGISTRY = "hermes_store.backends.base"
+REGISTRY_NAMES = {"get", "loaded", "PACKAGES"}
+
+
+def _registry_users() -> set[str]:
+    users = set()
+    for module, path in MODULES.items():
+        if not module.startswith("hermes_store") or module.startswith("hermes_store.backends"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, path, node)
+                if source == REGISTRY and {a.name for a in node.names} & REGISTRY_NAMES:
+                    users.add(module)
+                for alias in node.names:  # ``from hermes_store.backends import base``
+                    if f"{source}.{alias.name}" == REGISTRY:
+                        aliases.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.name == REGISTRY and a.asname}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in REGISTRY_NAMES
+                    and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                users.add(module)
+    return users
+
+
+def _opening(module: str) -> bool:
+    for prefix in OPENING_PATHS:
+        if prefix.startswith("="):
+            if module == prefix[1:]:
+                return True
+        elif module == prefix or module.startswith(prefix + "."):
+            return True
+    return False
+
+
+def test_only_the_opening_paths_and_the_cli_call_the_registry():
+    users = _registry_users()
+    assert "hermes_store.store" in users  # the check sees what it looks for
+    assert sorted(m for m in users if not _opening(m)) == []

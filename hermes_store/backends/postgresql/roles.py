@@ -28,15 +28,13 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from ...errors import RoleError
+
 #: what a runtime role needs on each kind of object (PostgreSQL's privilege names)
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 SEQUENCE_PRIVILEGES = ("USAGE", "SELECT", "UPDATE")
 SCHEMA = "public"
 
-
-
-class RoleError(ValueError):
-    """The grant cannot be made as asked (unknown role, not the owner …); says why."""
 
 
 @dataclass

@@ -13,16 +13,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...errors import HermesStoreError
+from ...errors import RecoveryError
 from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from .library import integrity_problems
 from .uri import absolute, file_uri
 
 SIDECARS = ("-wal", "-shm", "-journal")
-
-
-class RecoveryError(HermesStoreError):
-    """A backup or a recovery could not start or could not produce a verified output."""
 
 
 @dataclass
