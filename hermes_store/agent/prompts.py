@@ -13,7 +13,7 @@ back with ``hermes-store agent disable`` — so it keeps both copies of each pro
   de-duplicated prompt back onto its session row (``sessions.system_prompt``) and sets
   ``state_meta.inline_system_prompts = "1"``;
 * while that marker is set, every prompt the package writes (create, fill, update,
-  import) goes to both places (``repository.sessions.keeps_prompts_inline``).
+  import) goes to both places (``repository.system_prompts.keeps_prompts_inline``).
 
 Readers of this package take the inline text first, then the de-duplicated row, so both
 agree. The price is the de-duplication's space saving, for as long as the marker stays;
@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from .. import schema
-from ..repository.sessions import INLINE_PROMPTS_KEY, keeps_prompts_inline
+from ..repository.system_prompts import INLINE_PROMPTS_KEY, keeps_prompts_inline
 
 S, P, M = schema.sessions, schema.system_prompts, schema.state_meta
 

@@ -1,7 +1,7 @@
 """Cleanup concern: empty sessions, TUI ghosts, orphaned compression continuations.
 
 The selections are upstream 0.19.0's, one predicate each (below), and every delete goes
-through ``portability._delete_rows`` — the one path that detaches surviving children,
+through ``deletion.delete_rows`` — the one path that detaches surviving children,
 removes messages, lets usage rows go by ``ON DELETE CASCADE`` and drops system prompts
 nobody references any more — so ``sessions.parent_session_id`` stays valid inside the
 unit. Transcript files under ``sessions_dir`` are removed after the commit.
@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from . import kinds
 from .base import RepositoryBase
-from .portability import _chunks, _delete_rows, _remove_session_files
+from .deletion import chunks, delete_rows, remove_session_files
 
 S = schema.sessions
 M = schema.messages
@@ -80,7 +80,7 @@ def _prunable_ghosts(conn: sa.Connection, ghosts: Iterable[str]) -> list[str]:
     real session stays whole)."""
     prunable = set(ghosts)
     links: list[tuple[str, str]] = []
-    for chunk in _chunks(sorted(prunable)):
+    for chunk in chunks(sorted(prunable)):
         links += conn.execute(
             sa.select(S.c.id, S.c.parent_session_id).where(S.c.parent_session_id.in_(chunk))
         ).all()
@@ -110,7 +110,7 @@ class CleanupMixin(RepositoryBase):
         """
         def unit(conn: sa.Connection) -> list[str]:
             ids = conn.execute(sa.select(S.c.id).where(*_empty_terms())).scalars().all()
-            _delete_rows(conn, list(ids))
+            delete_rows(conn, list(ids))
             return list(ids)
 
         return self._removed(self._write(unit, locks=unit_locks.STORE), sessions_dir)
@@ -133,7 +133,7 @@ class CleanupMixin(RepositoryBase):
 
         def unit(conn: sa.Connection) -> list[str]:
             ids = conn.execute(stmt).scalars().all()
-            _delete_rows(conn, list(ids))
+            delete_rows(conn, list(ids))
             return list(ids)
 
         # no title, messages or children: units that add them hold this session (a
@@ -153,7 +153,7 @@ class CleanupMixin(RepositoryBase):
         def unit(conn: sa.Connection) -> list[str]:
             ghosts = conn.execute(sa.select(S.c.id).where(*terms)).scalars().all()
             doomed = _prunable_ghosts(conn, ghosts)
-            _delete_rows(conn, doomed)
+            delete_rows(conn, doomed)
             return doomed
 
         return self._removed(self._write(unit, locks=unit_locks.STORE), sessions_dir)
@@ -199,5 +199,5 @@ class CleanupMixin(RepositoryBase):
     def _removed(ids: list[str], sessions_dir: Path | str | None) -> int:
         """Remove the deleted sessions' transcript files (after the commit); the count."""
         for sid in ids:
-            _remove_session_files(sessions_dir, sid)
+            remove_session_files(sessions_dir, sid)
         return len(ids)

@@ -27,7 +27,8 @@ from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from ..sql.constructs import ascii_lower, insert_for
-from .sessions import RECOVERABLE_END_REASONS, row_dict, session_columns
+from .kinds import RECOVERABLE_END_REASONS
+from .rows import row_dict, session_columns
 from ..sql.values import scrub_surrogates
 
 S = schema.sessions

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from .. import schema, unit_locks
 from .base import RepositoryBase
-from .sessions import row_dict, session_columns
+from .rows import row_dict, session_columns
 
 S = schema.sessions
 

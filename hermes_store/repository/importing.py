@@ -46,7 +46,7 @@ from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from ..sql.constructs import keep_ids_ahead
 from .message_rows import _INSERT_MESSAGE, _bulk_rows
-from .sessions import keeps_prompts_inline, store_prompt
+from .system_prompts import keeps_prompts_inline, store_prompt
 from ..sql.values import scrub_surrogates
 
 S = schema.sessions

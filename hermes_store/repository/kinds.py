@@ -1,4 +1,5 @@
-"""What kind of child a session is, as SQL predicates (one definition per kind).
+"""What kind of child a session is, as SQL predicates (one definition per kind), and
+what its end reason means.
 
 A child session carries ``parent_session_id``; what it *is* depends on markers:
 
@@ -24,6 +25,9 @@ from ..sql.constructs import json_text
 
 COMPRESSION = "compression"
 BRANCHED = "branched"
+#: end reasons of accidental closes (old gateway cleanup, a dashboard viewer leaving):
+#: recovery may reopen such a session and a reset may overwrite the reason
+RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 
 
 def delegate_from(s) -> sa.ColumnElement:

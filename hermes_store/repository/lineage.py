@@ -19,7 +19,7 @@ from . import kinds
 from .base import RepositoryBase
 from ..sql.constructs import ascii_lower, int_sum, like_nocase, limit_or_all, offset_or_zero
 from ..sql.prebuilt import Prebuilt
-from .sessions import as_cache_key, listing_filters, row_dict, session_columns
+from .rows import as_cache_key, listing_filters, row_dict, session_columns
 from ..sql.values import LIKE_ESCAPE, like_containing
 
 S = schema.sessions

@@ -24,7 +24,7 @@ from .lineage import (
     rich_columns,
     with_chain_activity,
 )
-from .sessions import listing_filters
+from .rows import listing_filters
 from ..sql.values import LIKE_ESCAPE, like_containing, like_prefix
 
 S = schema.sessions

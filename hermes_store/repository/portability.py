@@ -1,16 +1,10 @@
-"""Export and cleanup concern: export one/all sessions, delete, prune, archive in bulk.
-
-Every delete path keeps the self-referencing ``parent_session_id`` valid inside the
-same unit: delegate runs (``model_config._delegate_from``) are deleted with the
-session they belong to (``delete_session``), every other child is detached
-(``parent_session_id → NULL``) and survives. Usage rows go by ``ON DELETE CASCADE``,
-FTS rows by the triggers, system prompts nobody references any more are dropped.
-Transcript files under ``sessions_dir`` are removed after the commit, best effort.
+"""Export and bulk-delete concern: export one/all sessions, delete, prune, archive in
+bulk. Every delete goes through ``deletion`` (children detached, delegate runs of a
+deleted session deleted with it, transcript files removed after the commit).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -19,87 +13,15 @@ import sqlalchemy as sa
 
 from .. import schema, unit_locks
 from ..units import hold
-from . import kinds
 from .base import RepositoryBase
 from ..sql.constructs import ascii_lower, like_nocase
-from .sessions import drop_unreferenced_prompts, row_dict
 from ..sql.values import LIKE_ESCAPE, like_containing
-
-log = logging.getLogger(__name__)
+from .deletion import delegate_children, delete_rows, remove_session_files
+from .rows import compression_lineage_ids, cwd_under, row_dict
 
 S = schema.sessions
-M = schema.messages
 
 _SECONDS_PER_DAY = 86400
-
-
-def _delegate_children(conn: sa.Connection, parent_ids: Iterable[str]) -> list[str]:
-    """Delegate runs of ``parent_ids``, recursively (a delegate's own delegates too).
-
-    The parents themselves are never returned, even when markers form a cycle that
-    leads back to one of them.
-    """
-    parents = {sid for sid in parent_ids if sid}
-    found, frontier = set(parents), list(parents)
-    marker = kinds.delegate_from(S)
-    while frontier:
-        rows = conn.execute(
-            sa.select(S.c.id).where(sa.or_(
-                marker.in_(frontier),
-                sa.and_(S.c.parent_session_id.in_(frontier), marker.is_not(None)),
-            ))
-        ).scalars().all()
-        frontier = [sid for sid in rows if sid not in found]
-        found.update(frontier)
-    return sorted(found - parents)
-
-
-#: ids per IN (...) list, well under SQLite's bound-parameter limit
-_CHUNK = 500
-
-
-def _chunks(ids: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start:start + _CHUNK]
-
-
-def _delete_rows(conn: sa.Connection, ids: list[str]) -> None:
-    """Delete sessions and their messages, detaching surviving children first (holding
-    each child's lock before its row changes; a unit that runs alone holds them all)."""
-    hashes: list[str] = []
-    doomed = set(ids)
-    for chunk in _chunks(ids):
-        hashes += conn.execute(
-            sa.select(S.c.system_prompt_hash).where(S.c.id.in_(chunk))
-        ).scalars().all()
-        children = conn.execute(
-            sa.select(S.c.id).where(S.c.parent_session_id.in_(chunk))
-        ).scalars().all()
-        hold(conn, unit_locks.sessions(*(c for c in children if c not in doomed)))
-        conn.execute(
-            sa.update(S).where(S.c.parent_session_id.in_(chunk)).values(parent_session_id=None)
-        )
-    for chunk in _chunks(ids):
-        conn.execute(sa.delete(M).where(M.c.session_id.in_(chunk)))
-        conn.execute(sa.delete(S).where(S.c.id.in_(chunk)))
-    drop_unreferenced_prompts(conn, hashes)
-
-
-def _remove_session_files(sessions_dir: Path | str | None, session_id: str) -> None:
-    """Remove ``<id>.json``, ``<id>.jsonl`` and ``request_dump_<id>_*.json``."""
-    if sessions_dir is None:
-        return
-    folder = Path(sessions_dir)
-    paths = [folder / f"{session_id}.json", folder / f"{session_id}.jsonl"]
-    try:
-        paths.extend(folder.glob(f"request_dump_{session_id}_*.json"))
-    except OSError:
-        pass
-    for path in paths:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("could not remove %s: %s", path, exc)
 
 
 def prune_filter(
@@ -132,8 +54,6 @@ def prune_filter(
     (None both, True only archived, False only unarchived). An unknown filter name is
     a ``TypeError``, as for any Python call.
     """
-    from .sessions import cwd_under
-
     def lower_contains(column, needle):
         return like_nocase(sa.func.coalesce(column, ""), like_containing(needle.lower()),
                            escape=LIKE_ESCAPE)
@@ -247,17 +167,17 @@ class PortabilityMixin(RepositoryBase):
             # a locked session wait (create_session holds the parent) and then find no
             # parent.
             held: set[str] = set()
-            delegates = _delegate_children(conn, existing)
+            delegates = delegate_children(conn, existing)
             while not set(delegates) <= held:
                 held.update(delegates)
                 hold(conn, unit_locks.sessions(*sorted(held)))
-                delegates = _delegate_children(conn, existing)
-            _delete_rows(conn, sorted(set(existing) | set(delegates)))
+                delegates = delegate_children(conn, existing)
+            delete_rows(conn, sorted(set(existing) | set(delegates)))
             return list(existing), delegates
 
         existing, delegates = self._write(unit, locks=unit_locks.sessions(*wanted))
         for sid in [*existing, *delegates]:
-            _remove_session_files(sessions_dir, sid)
+            remove_session_files(sessions_dir, sid)
         return len(existing)
 
     # ------------------------------------------------------------------ prune / archive
@@ -290,12 +210,12 @@ class PortabilityMixin(RepositoryBase):
 
         def unit(conn: sa.Connection) -> list[str]:
             ids = conn.execute(sa.select(S.c.id).where(*terms)).scalars().all()
-            _delete_rows(conn, list(ids))
+            delete_rows(conn, list(ids))
             return list(ids)
 
         removed = self._write(unit, locks=unit_locks.STORE)  # chosen by a condition: alone
         for sid in removed:
-            _remove_session_files(sessions_dir, sid)
+            remove_session_files(sessions_dir, sid)
         return len(removed)
 
     def archive_sessions(
@@ -304,8 +224,6 @@ class PortabilityMixin(RepositoryBase):
         """Archive every prune candidate with its compression lineage (nothing is
         deleted). Only unarchived rows are selected unless ``archived`` is given, so
         a repeat run is a no-op. Returns the number of sessions matched."""
-        from .sessions import compression_lineage_ids
-
         filters.setdefault("archived", False)
         terms = prune_filter(source=source, **_with_age(filters, older_than_days))
 

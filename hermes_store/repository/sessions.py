@@ -1,15 +1,8 @@
 """Sessions concern: create/upsert, read, resolve, end/reopen, per-field updates,
 counting and archiving.
 
-System prompts are stored once in ``system_prompts`` (schema v25) and referenced by
-``sessions.system_prompt_hash``; every read returns the prompt text under the
-``system_prompt`` key, falling back to the inline column of rows written before v25
-or by an upstream build that still writes inline.
-
-A file shared with a reader from before v25 (upstream 0.19.0, which reads only
-``sessions.system_prompt``) carries ``state_meta.inline_system_prompts = "1"``: while it
-does, every prompt written is also kept inline (``keeps_prompts_inline``; set by
-``hermes_store.agent``, see docs/agent.md).
+System prompts are written through ``system_prompts`` (stored once per text, kept
+inline too while the file is shared with a pre-v25 reader: see that module).
 """
 
 from __future__ import annotations
@@ -17,96 +10,28 @@ from __future__ import annotations
 import json
 import time
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 
 from .. import schema, unit_locks
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from ..units import hold
-from . import kinds
 from .base import RepositoryBase
-from ..sql.constructs import insert_for, like_nocase
+from ..sql.constructs import like_nocase
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
+from .kinds import RECOVERABLE_END_REASONS
+from .rows import as_cache_key, compression_lineage_ids, listing_filters, session_columns
+from .system_prompts import drop_unreferenced_prompts, keeps_prompts_inline, store_prompt
 
 S = schema.sessions
-P = schema.system_prompts
 
 #: creation fields an existing row only takes while its value is still NULL
 _ENRICHABLE = (
     "model", "model_config", "session_key", "chat_id", "chat_type", "thread_id",
     "parent_session_id", "cwd", "profile_name",
 )
-#: end reasons of accidental closes (old gateway cleanup, a dashboard viewer leaving):
-#: recovery may reopen such a session and a reset may overwrite the reason
-RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
-
-
-# --------------------------------------------------------------------------- row shape
-
-def resolved_system_prompt(s=S) -> sa.ColumnElement:
-    """The session's prompt text: inline column first, else the de-duplicated row."""
-    stored = (
-        sa.select(P.c.prompt).where(P.c.hash == s.c.system_prompt_hash).scalar_subquery()
-    )
-    return sa.func.coalesce(s.c.system_prompt, stored)
-
-
-def session_columns(s=S, *, compact: bool = False) -> list:
-    """Every ``sessions`` column with ``system_prompt`` resolved (dropped when compact)."""
-    cols = []
-    for col in s.c:
-        if col.name == "system_prompt":
-            if not compact:
-                cols.append(resolved_system_prompt(s).label("system_prompt"))
-        else:
-            cols.append(col)
-    return cols
-
-
-def row_dict(row) -> dict[str, Any]:
-    return dict(row._mapping)
-
-
-def cwd_under(s, cwd_prefix: str) -> sa.ColumnElement:
-    """The session's cwd equals the prefix or lies below it (``/`` or ``\\`` separated)."""
-    prefix = cwd_prefix.rstrip("/\\") or cwd_prefix
-    return sa.or_(
-        s.c.cwd == prefix,
-        like_nocase(s.c.cwd, like_prefix(prefix + "/"), escape=LIKE_ESCAPE),
-        like_nocase(s.c.cwd, like_prefix(prefix + "\\"), escape=LIKE_ESCAPE),
-    )
-
-
-def listing_filters(
-    s,
-    *,
-    source: str | None = None,
-    exclude_sources: Iterable[str] | None = None,
-    cwd_prefix: str | None = None,
-    min_message_count: int = 0,
-    include_archived: bool = False,
-    archived_only: bool = False,
-    listable_only: bool = False,
-) -> list:
-    """The WHERE terms shared by ``list_sessions_rich`` and ``session_count``."""
-    terms = []
-    if listable_only:
-        terms.append(kinds.is_listable(s))
-    if source:
-        terms.append(s.c.source == source)
-    if exclude_sources:
-        terms.append(s.c.source.not_in(list(exclude_sources)))
-    if cwd_prefix:
-        terms.append(cwd_under(s, cwd_prefix))
-    if min_message_count and min_message_count > 0:
-        terms.append(s.c.message_count >= min_message_count)
-    if archived_only:
-        terms.append(s.c.archived == 1)
-    elif not include_archived:
-        terms.append(s.c.archived == 0)
-    return terms
 
 
 # Read statements built once (one compile per dialect, see prebuilt.py): a 60-column
@@ -138,41 +63,6 @@ def _session_count(source, exclude_sources, cwd_prefix, min_message_count, inclu
         listable_only=exclude_children,
     )
     return Prebuilt(sa.select(sa.func.count()).select_from(S).where(*terms))
-
-
-# --------------------------------------------------------------------------- prompts
-
-#: ``state_meta`` key: "1" while the file is shared with a pre-v25 reader (module doc)
-INLINE_PROMPTS_KEY = "inline_system_prompts"
-M = schema.state_meta
-
-
-def keeps_prompts_inline(conn: sa.Connection) -> bool:
-    """Whether prompts are also to be written inline (``INLINE_PROMPTS_KEY``)."""
-    stmt = sa.select(M.c.value).where(M.c.key == INLINE_PROMPTS_KEY)
-    return conn.execute(stmt).scalar() == "1"
-
-
-def store_prompt(conn: sa.Connection, prompt: str) -> str:
-    """Insert the prompt text once; return its hash. The unit shares the prompt's lock
-    with every unit that stores it, so no unit deletes it meanwhile."""
-    digest = prompt_hash(prompt)
-    hold(conn, unit_locks.prompt_users(digest))
-    stmt = insert_for(conn, P).values(hash=digest, prompt=prompt).on_conflict_do_nothing()
-    conn.execute(stmt)
-    return digest
-
-
-def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None]) -> None:
-    """Delete prompt rows among ``hashes`` that no session references any more."""
-    candidates = sorted({h for h in hashes if h})
-    if not candidates:
-        return
-    # alone on each prompt: a unit that stores it waits, then finds it gone and stores
-    # it again; one that stored it first has committed its reference, which this sees
-    hold(conn, unit_locks.prompt_dropper(*candidates))
-    referenced = sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash)
-    conn.execute(sa.delete(P).where(P.c.hash.in_(candidates), ~sa.exists(referenced)))
 
 
 class SessionsMixin(RepositoryBase):
@@ -476,33 +366,3 @@ class SessionsMixin(RepositoryBase):
 
         return self._write(unit, locks=unit_locks.sessions(session_id)) > 0
 
-
-def as_cache_key(values):
-    """A list argument as a hashable key for a statement cache (lru_cache)."""
-    return tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else values
-
-
-def compression_lineage_ids(conn: sa.Connection, session_id: str) -> list[str]:
-    """The session plus every ancestor and descendant linked through a parent that
-    ended with ``'compression'`` (empty when the session does not exist)."""
-    child, parent = S.alias("child"), S.alias("parent")
-    up = sa.select(sa.literal(session_id).label("id")).where(
-        sa.exists().where(S.c.id == session_id)
-    ).cte("ancestors", recursive=True)
-    up = up.union(
-        sa.select(parent.c.id)
-        .select_from(up.join(child, child.c.id == up.c.id)
-                     .join(parent, parent.c.id == child.c.parent_session_id))
-        .where(parent.c.end_reason == kinds.COMPRESSION)
-    )
-    down = sa.select(sa.literal(session_id).label("id")).where(
-        sa.exists().where(S.c.id == session_id)
-    ).cte("descendants", recursive=True)
-    down = down.union(
-        sa.select(child.c.id)
-        .select_from(down.join(parent, parent.c.id == down.c.id)
-                     .join(child, child.c.parent_session_id == parent.c.id))
-        .where(parent.c.end_reason == kinds.COMPRESSION)
-    )
-    ids = conn.execute(sa.union(sa.select(up.c.id), sa.select(down.c.id))).scalars().all()
-    return list(ids)

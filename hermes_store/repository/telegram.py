@@ -24,7 +24,7 @@ from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
 from ..sql.constructs import insert_for
 from .lineage import finish_rich_row, rich_columns
-from .sessions import row_dict
+from .rows import row_dict
 
 S = schema.sessions
 MODE = T.telegram_dm_topic_mode

@@ -20,7 +20,7 @@ from . import kinds
 from ..units import hold
 from .base import RepositoryBase
 from ..sql.constructs import like_nocase
-from .sessions import row_dict, session_columns
+from .rows import row_dict, session_columns
 from ..sql.values import LIKE_ESCAPE, like_prefix, scrub_surrogates
 
 S = schema.sessions

@@ -1,0 +1,66 @@
+"""Stored system prompts: each distinct text once in ``system_prompts`` (schema v25),
+referenced by ``sessions.system_prompt_hash``.
+
+Every read returns the prompt text under the ``system_prompt`` key
+(``resolved_system_prompt``), falling back to the inline column of rows written before
+v25 or by an upstream build that still writes inline.
+
+A file shared with a reader from before v25 (upstream 0.19.0, which reads only
+``sessions.system_prompt``) carries ``state_meta.inline_system_prompts = "1"``: while it
+does, every prompt written is also kept inline (``keeps_prompts_inline``; set by
+``hermes_store.agent``, see docs/agent.md).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import sqlalchemy as sa
+
+from .. import schema, unit_locks
+from ..sql.constructs import insert_for
+from ..sql.values import prompt_hash
+from ..units import hold
+
+S = schema.sessions
+P = schema.system_prompts
+M = schema.state_meta
+
+#: ``state_meta`` key: "1" while the file is shared with a pre-v25 reader (module doc)
+INLINE_PROMPTS_KEY = "inline_system_prompts"
+
+
+def resolved_system_prompt(s=S) -> sa.ColumnElement:
+    """The session's prompt text: inline column first, else the de-duplicated row."""
+    stored = (
+        sa.select(P.c.prompt).where(P.c.hash == s.c.system_prompt_hash).scalar_subquery()
+    )
+    return sa.func.coalesce(s.c.system_prompt, stored)
+
+
+def keeps_prompts_inline(conn: sa.Connection) -> bool:
+    """Whether prompts are also to be written inline (``INLINE_PROMPTS_KEY``)."""
+    stmt = sa.select(M.c.value).where(M.c.key == INLINE_PROMPTS_KEY)
+    return conn.execute(stmt).scalar() == "1"
+
+
+def store_prompt(conn: sa.Connection, prompt: str) -> str:
+    """Insert the prompt text once; return its hash. The unit shares the prompt's lock
+    with every unit that stores it, so no unit deletes it meanwhile."""
+    digest = prompt_hash(prompt)
+    hold(conn, unit_locks.prompt_users(digest))
+    stmt = insert_for(conn, P).values(hash=digest, prompt=prompt).on_conflict_do_nothing()
+    conn.execute(stmt)
+    return digest
+
+
+def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None]) -> None:
+    """Delete prompt rows among ``hashes`` that no session references any more."""
+    candidates = sorted({h for h in hashes if h})
+    if not candidates:
+        return
+    # alone on each prompt: a unit that stores it waits, then finds it gone and stores
+    # it again; one that stored it first has committed its reference, which this sees
+    hold(conn, unit_locks.prompt_dropper(*candidates))
+    referenced = sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash)
+    conn.execute(sa.delete(P).where(P.c.hash.in_(candidates), ~sa.exists(referenced)))
