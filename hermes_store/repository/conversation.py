@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..patterns import LazyPattern
-from .message_rows import _load_json, decode_content
+from .message_rows import load_json, decode_content
 from ..sql.prebuilt import Prebuilt
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ CONVERSATION_COLUMNS = (
 
 
 @lru_cache(maxsize=None)
-def _conversation(include_inactive: bool) -> Prebuilt:
+def conversation_query(include_inactive: bool) -> Prebuilt:
     """``get_messages_as_conversation``'s statement for one session."""
     stmt = (sa.select(*CONVERSATION_COLUMNS)
             .where(M.c.session_id == sa.bindparam("sid", type_=sa.Text)).order_by(M.c.id))
@@ -81,7 +81,7 @@ def _is_review_harness(msg: dict) -> bool:
             and content.lstrip().startswith(_REVIEW_HARNESS_OPENINGS))
 
 
-def _without_review_harness(messages: list[dict]) -> list[dict]:
+def without_review_harness(messages: list[dict]) -> list[dict]:
     """Drop review-harness prompts and the assistant turn that answered each."""
     out: list[dict] = []
     answering = False
@@ -97,7 +97,7 @@ def _without_review_harness(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
+def is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
     """A user turn repeating an earlier user turn with no assistant output between
     (a resumed session re-sends its last prompt; across segments it would show twice)."""
     content = msg.get("content")
@@ -111,7 +111,7 @@ def _is_replayed_prompt(earlier: list[dict], msg: dict) -> bool:
     return False
 
 
-def _conversation_entry(row) -> dict:
+def conversation_entry(row) -> dict:
     """One replay message from a row ending with ``CONVERSATION_COLUMNS`` (in that
     order; a query may select columns of its own before them, such as the session id)."""
     (role, content, tool_call_id, tool_calls, tool_name, effect_disposition, finish_reason,
@@ -133,7 +133,7 @@ def _conversation_entry(row) -> dict:
     if effect_disposition:
         msg["effect_disposition"] = effect_disposition
     if tool_calls:
-        msg["tool_calls"] = _load_json(tool_calls, "tool_calls", [])
+        msg["tool_calls"] = load_json(tool_calls, "tool_calls", [])
     if platform_message_id:
         msg["message_id"] = platform_message_id
     if observed:
@@ -149,11 +149,11 @@ def _conversation_entry(row) -> dict:
                               ("codex_reasoning_items", codex_reasoning_items),
                               ("codex_message_items", codex_message_items)):
             if stored:
-                msg[field] = _load_json(stored, field, None)
+                msg[field] = load_json(stored, field, None)
     return msg
 
 
-def _default_alternation_repair() -> Callable[[list], Any] | None:
+def default_alternation_repair() -> Callable[[list], Any] | None:
     try:  # the agent package ships the repair; the store does not depend on it
         from agent.agent_runtime_helpers import repair_message_sequence
     except ImportError:

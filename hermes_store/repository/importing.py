@@ -45,7 +45,7 @@ from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from ..sql.constructs import keep_ids_ahead
-from .message_rows import _INSERT_MESSAGE, _bulk_rows
+from .message_rows import INSERT_MESSAGE, bulk_rows
 from .system_prompts import keeps_prompts_inline, store_prompt
 from ..sql.values import scrub_surrogates
 
@@ -92,7 +92,7 @@ _MESSAGE_TEXT = (
 #: JSON fields an export carries as text; decoded so they are stored once-encoded
 _MESSAGE_JSON_TEXT = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
-_INSERT_MESSAGE_KEYS = set(_INSERT_MESSAGE.column_keys)
+_INSERT_MESSAGE_KEYS = set(INSERT_MESSAGE.column_keys)
 
 
 # --------------------------------------------------------------------------- values
@@ -273,7 +273,7 @@ def _prepare(index: int, sid: str, raw: dict, messages: list[dict]) -> PreparedS
         for name in _MESSAGE_JSON_TEXT:
             decoded[name] = _json_text_decoded(message.get(name))
         clean.append(decoded)
-    rows, tool_calls = _bulk_rows(sid, clean)  # append's encoding; raises for unstorable
+    rows, tool_calls = bulk_rows(sid, clean)  # append's encoding; raises for unstorable
     started = _real_or_none(raw.get("started_at"))
     row = {
         "id": sid,
@@ -446,7 +446,7 @@ class SessionWriter:
     @staticmethod
     def _insert_messages(conn: sa.Connection, group: list[dict]) -> None:
         if group[0].keys() == _INSERT_MESSAGE_KEYS:  # append's rows: the prebuilt INSERT
-            _INSERT_MESSAGE.execute_many(conn, group)
+            INSERT_MESSAGE.execute_many(conn, group)
         else:
             conn.execute(sa.insert(M), group)
 

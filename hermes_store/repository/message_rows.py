@@ -90,7 +90,7 @@ def _json_or_none(value: Any, field: str) -> str | None:
     return _dumps(value, field) if value else None
 
 
-def _load_json(text: Any, field: str, fallback: Any) -> Any:
+def load_json(text: Any, field: str, fallback: Any) -> Any:
     try:
         return json.loads(text)
     except (TypeError, ValueError, RecursionError):
@@ -98,14 +98,14 @@ def _load_json(text: Any, field: str, fallback: Any) -> Any:
         return fallback
 
 
-def _tool_call_increment(tool_calls: Any) -> int:
+def tool_call_increment(tool_calls: Any) -> int:
     """How much a message adds to ``sessions.tool_call_count`` (upstream's rule)."""
     if tool_calls is None:
         return 0
     return len(tool_calls) if isinstance(tool_calls, list) else 1
 
 
-def _timestamp(value: Any, default: float) -> float:
+def epoch_seconds(value: Any, default: float) -> float:
     """Epoch seconds from a number or anything with ``.timestamp()``; else ``default``."""
     if value is None:
         return default
@@ -118,7 +118,7 @@ def _timestamp(value: Any, default: float) -> float:
     return ts if math.isfinite(ts) else default
 
 
-def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
+def message_row(session_id: str, role: Any, *, content=None, tool_name=None,
                  tool_calls=None, tool_call_id=None, token_count=None, finish_reason=None,
                  reasoning=None, reasoning_content=None, reasoning_details=None,
                  codex_reasoning_items=None, codex_message_items=None,
@@ -153,17 +153,17 @@ def _message_row(session_id: str, role: Any, *, content=None, tool_name=None,
 
 
 # the INSERT names exactly the columns a message row carries
-_INSERT_MESSAGE = Prebuilt(sa.insert(M),
-                           column_keys=tuple(_message_row("", "user", timestamp=0.0)))
+INSERT_MESSAGE = Prebuilt(sa.insert(M),
+                           column_keys=tuple(message_row("", "user", timestamp=0.0)))
 
 #: the keys a message of ``append_messages`` may carry (``append_message``'s arguments)
 _APPEND_FIELDS = ("role", "timestamp") + tuple(
-    name for name in inspect.signature(_message_row).parameters
+    name for name in inspect.signature(message_row).parameters
     if name not in ("session_id", "role", "timestamp")
 )
 
 
-def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], int]:
+def bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], int]:
     """Rows for ``replace_messages``/``archive_and_compact`` and their tool-call total.
 
     Built before the write unit, so a bad message fails the call before anything is
@@ -184,10 +184,10 @@ def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], i
                 "nothing was written"
             )
         role = msg.get("role", "unknown")
-        ts = _timestamp(msg.get("timestamp"), next_ts)
+        ts = epoch_seconds(msg.get("timestamp"), next_ts)
         fields = {k: msg.get(k) for k in _ASSISTANT_ONLY} if role == "assistant" else {}
         try:
-            rows.append(_message_row(
+            rows.append(message_row(
                 session_id, role,
                 content=msg.get("content"),
                 tool_name=msg.get("tool_name"),
@@ -204,13 +204,13 @@ def _bulk_rows(session_id: str, messages: Sequence[dict]) -> tuple[list[dict], i
             ))
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"messages[{index}]: {exc}") from None
-        tool_calls_total += _tool_call_increment(msg.get("tool_calls"))
+        tool_calls_total += tool_call_increment(msg.get("tool_calls"))
         # rows without a timestamp stay in order even on a coarse clock
         next_ts = max(next_ts + 1e-6, ts + 1e-6)
     return rows, tool_calls_total
 
 
-def _append_rows(session_id: str, messages: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
+def append_rows(session_id: str, messages: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
     """Rows for ``append_messages`` (``append_message``'s rules) and their tool-call total.
 
     Built before the write unit: a bad message fails the call before anything is
@@ -241,22 +241,22 @@ def _append_rows(session_id: str, messages: Iterable[Mapping[str, Any]]) -> tupl
         role = fields.pop("role", None)
         stamp = fields.pop("timestamp", None)
         try:
-            rows.append(_message_row(session_id, role, timestamp=_timestamp(stamp, unstamped),
+            rows.append(message_row(session_id, role, timestamp=epoch_seconds(stamp, unstamped),
                                      **fields))
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"messages[{index}]: {exc}") from None
-        tool_calls_total += _tool_call_increment(fields.get("tool_calls"))
+        tool_calls_total += tool_call_increment(fields.get("tool_calls"))
         # as separate calls would on a fine clock: unstamped rows keep their order
         unstamped += 1e-6
     return rows, tool_calls_total
 
 
-def _decoded_row(row, keys=None) -> dict:
+def decoded_row(row, keys=None) -> dict:
     """A full message row as a dict, content and tool_calls decoded. ``keys`` (the
     result's column names, taken once per result) spares a mapping per row, which
     is most of the cost of reading a long transcript."""
     msg = dict(zip(keys, row)) if keys is not None else dict(row._mapping)
     msg["content"] = decode_content(msg.get("content"))
     if msg.get("tool_calls"):
-        msg["tool_calls"] = _load_json(msg["tool_calls"], "tool_calls", [])
+        msg["tool_calls"] = load_json(msg["tool_calls"], "tool_calls", [])
     return msg

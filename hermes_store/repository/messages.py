@@ -38,24 +38,24 @@ from ..errors import InvalidArgumentError, SessionNotFoundError
 from .base import RepositoryBase
 from .conversation import (
     CONVERSATION_COLUMNS,
-    _conversation,
-    _conversation_entry,
-    _default_alternation_repair,
-    _is_replayed_prompt,
-    _without_review_harness,
+    conversation_entry,
+    conversation_query,
+    default_alternation_repair,
+    is_replayed_prompt,
+    without_review_harness,
 )
 from ..sql.constructs import limit_or_all, offset_or_zero
 from .message_rows import (
-    _INSERT_MESSAGE,
-    _append_rows,
-    _bulk_rows,
-    _decoded_row,
-    _message_row,
-    _timestamp,
-    _tool_call_increment,
+    INSERT_MESSAGE,
+    append_rows,
+    bulk_rows,
     content_preview,
     decode_content,
+    decoded_row,
     encode_content,
+    epoch_seconds,
+    message_row,
+    tool_call_increment,
 )
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import scrub_surrogates
@@ -69,7 +69,6 @@ S = schema.sessions
 #: ``list_recent_user_messages`` preview length
 RECENT_PREVIEW_CHARS = 80
 
-# (_INSERT_MESSAGE is built below _message_row, whose keys it names)
 _COUNT_ADDED = Prebuilt(
     sa.update(S)
     .where(S.c.id == sa.bindparam("counted_session", type_=sa.Text))
@@ -165,24 +164,24 @@ class MessagesMixin(RepositoryBase):
         Raises ``SessionNotFoundError`` for an unknown session and
         ``InvalidArgumentError`` for a missing role or unserializable JSON field.
         """
-        row = _message_row(
+        row = message_row(
             session_id, role, content=content, tool_name=tool_name, tool_calls=tool_calls,
             tool_call_id=tool_call_id, token_count=token_count, finish_reason=finish_reason,
             reasoning=reasoning, reasoning_content=reasoning_content,
             reasoning_details=reasoning_details, codex_reasoning_items=codex_reasoning_items,
             codex_message_items=codex_message_items, platform_message_id=platform_message_id,
             observed=observed, effect_disposition=effect_disposition,
-            timestamp=_timestamp(timestamp, time.time()), api_content=api_content,
+            timestamp=epoch_seconds(timestamp, time.time()), api_content=api_content,
         )
         counted = {"counted_session": session_id, "added_messages": 1,
-                   "added_calls": _tool_call_increment(tool_calls)}
+                   "added_calls": tool_call_increment(tool_calls)}
 
         def unit(conn: sa.Connection) -> int:
             # Counting first tells whether the session exists (no separate SELECT);
             # raising rolls the unit back, so nothing is written for an unknown one.
             if _COUNT_ADDED.execute(conn, counted).rowcount == 0:
                 raise SessionNotFoundError(session_id)
-            return _INSERT_MESSAGE.insert(conn, row)
+            return INSERT_MESSAGE.insert(conn, row)
 
         # appends to one session queue on its lock, appends to others run side by side
         return self._write(unit, locks=unit_locks.sessions(session_id))
@@ -199,7 +198,7 @@ class MessagesMixin(RepositoryBase):
         unknown session (``SessionNotFoundError``) writes nothing. An empty batch is a
         no-op that returns ``[]``.
         """
-        rows, added_calls = _append_rows(session_id, messages)
+        rows, added_calls = append_rows(session_id, messages)
         if not rows:
             return []
         counted = {"counted_session": session_id, "added_messages": len(rows),
@@ -209,7 +208,7 @@ class MessagesMixin(RepositoryBase):
             if _COUNT_ADDED.execute(conn, counted).rowcount == 0:
                 raise SessionNotFoundError(session_id)
             above = _LAST_MESSAGE_ID.scalar(conn) or 0
-            _INSERT_MESSAGE.execute_many(conn, rows)
+            INSERT_MESSAGE.execute_many(conn, rows)
             return [row[0] for row in _SESSION_IDS_ABOVE.rows(
                 conn, {"batch_session": session_id, "above_id": above})]
 
@@ -226,7 +225,7 @@ class MessagesMixin(RepositoryBase):
         counters to the inserted totals. An empty list on an unknown session is a no-op;
         a non-empty one raises ``SessionNotFoundError``.
         """
-        rows, tool_calls = _bulk_rows(session_id, messages)
+        rows, tool_calls = bulk_rows(session_id, messages)
 
         def unit(conn: sa.Connection) -> None:
             if rows:
@@ -236,7 +235,7 @@ class MessagesMixin(RepositoryBase):
                 doomed = doomed.where(M.c.active == 1)
             conn.execute(doomed)
             if rows:
-                _INSERT_MESSAGE.execute_many(conn, rows)
+                INSERT_MESSAGE.execute_many(conn, rows)
             self._set_counters(conn, session_id, len(rows), tool_calls)
 
         self._write(unit, locks=unit_locks.sessions(session_id))
@@ -248,7 +247,7 @@ class MessagesMixin(RepositoryBase):
         found by search), ``compacted_messages`` are inserted as the new live rows,
         and the counters describe the live set.
         """
-        rows, tool_calls = _bulk_rows(session_id, compacted_messages)
+        rows, tool_calls = bulk_rows(session_id, compacted_messages)
 
         def unit(conn: sa.Connection) -> int:
             if rows:
@@ -258,7 +257,7 @@ class MessagesMixin(RepositoryBase):
                 .values(active=0, compacted=1)
             )
             if rows:
-                _INSERT_MESSAGE.execute_many(conn, rows)
+                INSERT_MESSAGE.execute_many(conn, rows)
             self._set_counters(conn, session_id, len(rows), tool_calls)
             return len(rows)
 
@@ -360,7 +359,7 @@ class MessagesMixin(RepositoryBase):
         statement = _transcript(bool(include_inactive), limit is not None, bool(offset))
         rows = self._query(statement, {"sid": session_id, "limit": limit, "offset": offset})
         keys = statement.keys
-        return [_decoded_row(row, keys) for row in rows]
+        return [decoded_row(row, keys) for row in rows]
 
     def get_messages_as_conversation(self, session_id: str, include_ancestors: bool = False,
                                      include_inactive: bool = False,
@@ -382,7 +381,7 @@ class MessagesMixin(RepositoryBase):
                     stmt = stmt.where(M.c.active == 1)
                 rows = conn.execute(stmt).all()
         else:  # one statement: a snapshot by itself
-            rows = self._query(_conversation(bool(include_inactive)), {"sid": session_id})
+            rows = self._query(conversation_query(bool(include_inactive)), {"sid": session_id})
         return self._rows_to_conversation(rows, include_ancestors=include_ancestors,
                                           repair_alternation=repair_alternation)
 
@@ -393,13 +392,13 @@ class MessagesMixin(RepositoryBase):
         harness turns removed, alternation repaired when asked."""
         messages: list[dict] = []
         for row in rows:
-            msg = _conversation_entry(row)
-            if include_ancestors and _is_replayed_prompt(messages, msg):
+            msg = conversation_entry(row)
+            if include_ancestors and is_replayed_prompt(messages, msg):
                 continue
             messages.append(msg)
-        messages = _without_review_harness(messages)
+        messages = without_review_harness(messages)
         if repair_alternation and messages:
-            repair = self.alternation_repair or _default_alternation_repair()
+            repair = self.alternation_repair or default_alternation_repair()
             if repair is None:
                 log.warning("repair_alternation=True but no repair is available (set "
                             "SessionDB.alternation_repair); returning the stored sequence")
@@ -432,7 +431,7 @@ class MessagesMixin(RepositoryBase):
             ).all()
         rows = list(reversed(upto_anchor)) + list(after)
         return {
-            "window": [_decoded_row(r) for r in rows],
+            "window": [decoded_row(r) for r in rows],
             "messages_before": len(upto_anchor) - 1,
             "messages_after": len(after),
         }
@@ -467,8 +466,8 @@ class MessagesMixin(RepositoryBase):
             keep = set(keep_roles)
             view["window"] = [m for m in rows
                               if m["id"] == around_message_id or m["role"] in keep]
-        view["bookend_start"] = [_decoded_row(r) for r in head]
-        view["bookend_end"] = [_decoded_row(r) for r in reversed(tail)]
+        view["bookend_start"] = [decoded_row(r) for r in head]
+        view["bookend_end"] = [decoded_row(r) for r in reversed(tail)]
         return view
 
     def list_recent_user_messages(self, session_id: str, limit: int = 20,

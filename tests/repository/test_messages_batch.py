@@ -222,7 +222,7 @@ def test_driver_shortcut_refuses_what_needs_core_at_run_time():
     from sqlalchemy.dialects import postgresql, sqlite
 
     from hermes_store.backends.base import get
-    from hermes_store.repository.messages import _INSERT_MESSAGE
+    from hermes_store.repository.message_rows import INSERT_MESSAGE as _INSERT_MESSAGE
 
     lite, pg = get("sqlite"), get("postgresql")  # bare dialects carry them as engines do
     assert _INSERT_MESSAGE._driver_form(lite.carry(sqlite.dialect())) is not None

@@ -112,7 +112,7 @@ def test_upstream_loads_after_the_stores_optional_agent_import_failed():
 
     root = Path(__file__).resolve().parents[2]
     code = ("import sys; sys.path.insert(0, 'tests')\n"
-            "from hermes_store.repository.conversation import _default_alternation_repair\n"
+            "from hermes_store.repository.conversation import default_alternation_repair as _default_alternation_repair\n"
             "assert _default_alternation_repair() is None  # upstream not on the path yet\n"
             "from support.upstream_state import load_hermes_state\n"
             "hs = load_hermes_state()\n"
