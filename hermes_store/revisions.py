@@ -6,7 +6,7 @@ a CLI run or a cron job's start. The answer needs no script: revision ``00NN`` l
 ``migrations/versions/00NN_<slug>.py`` (decision D2; the house rules in
 ``tests/migrations/test_revision_rules.py`` hold every file to it), so head is the
 highest number there, and the database's stamp is one row of ``alembic_version`` (each
-backend reads it: ``backends/sqlite/stamp.py``, ``backends/postgresql/server.py``).
+backend reads it: ``backends/sqlite/migrate/head.py``, ``backends/postgresql/server.py``).
 Anything but a clean "at head" goes to ``hermes_store.migrate`` (Alembic), which
 adopts, upgrades or refuses the database.
 """

@@ -18,7 +18,7 @@ What the open path imports stays cheap to define, too: its records are
 ``typing.NamedTuple`` s rather than dataclasses (creating a dataclass class execs
 its generated methods: ~0.5 ms each, 18 of them were ~10 % of a cold start), its regular
 expressions are compiled on first use (``hermes_store.patterns``), and what only a
-damaged file needs (``backends/sqlite/repair.py``) is imported when one is found.
+damaged file needs (``backends/sqlite/files/repair.py``) is imported when one is found.
 ``SessionDB`` itself imports only its ``sessions`` concern; the other fourteen come on
 first use (``repository/concerns.py``), with the collector paused as here.
 """

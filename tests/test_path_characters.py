@@ -11,7 +11,7 @@ appeared beside it nor in the directory above (the documented ``<db>.migrate.loc
 store a migration or creation wrote is the one companion allowed).
 
 A leading ``~``: only ``~`` and ``~/`` mean the home directory; ``~weird/…`` is a literal
-name relative to the working directory (``hermes_store.backends.sqlite.uri``).
+name relative to the working directory (``hermes_store.backends.sqlite.files.uri``).
 """
 
 from __future__ import annotations
@@ -334,7 +334,7 @@ def test_a_sqlite_url_is_url_text_and_a_query_in_it_is_refused(tmp_path):
 # --------------------------------------------------------------------------- the home rule
 
 def test_only_a_bare_tilde_or_tilde_slash_means_home(tmp_path, monkeypatch):
-    from hermes_store.backends.sqlite.uri import expand_home
+    from hermes_store.backends.sqlite.files.uri import expand_home
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert expand_home("~") == tmp_path / "home"

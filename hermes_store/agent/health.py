@@ -13,9 +13,9 @@ package's own probe, repair and FTS upkeep (issue 16, item 1).
   back (a corrupt FTS index passes reads and ``integrity_check`` but refuses every
   message insert). A file held by a writer is not damaged: None.
 * ``repair_state_db_schema(path, backup=True)`` — the package's repairs in order:
-  duplicated full-text schema entries are healed (``backends.sqlite.repair``, which
+  duplicated full-text schema entries are healed (``backends.sqlite.files.repair``, which
   always keeps a byte copy), a full-text index that refuses writes is rebuilt from
-  ``messages`` (after a consistent backup, ``backends.sqlite.backup``); anything else is left
+  ``messages`` (after a consistent backup, ``backends.sqlite.files.backup``); anything else is left
   untouched and the report names ``hermes-store recover``. The report has upstream's
   keys: ``repaired``, ``strategy``, ``backup_path``, ``error``.
 
@@ -132,8 +132,8 @@ def _write_probe(path: Path) -> str | None:
 
 def _file_check(path: Path) -> tuple[str, str | None]:
     """(stage, reason): reason None when healthy; stage says which check failed."""
-    from ..backends.sqlite.backup import file_health
-    from ..backends.sqlite.files import probe_database
+    from ..backends.sqlite.files.backup import file_health
+    from ..backends.sqlite.files.probe import probe_database
 
     try:
         probe_database(path)
@@ -157,7 +157,7 @@ def _report(**kw) -> dict[str, Any]:
 
 
 def _backup_beside(path: Path) -> Path:
-    from ..backends.sqlite.backup import backup
+    from ..backends.sqlite.files.backup import backup
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     dest = path.with_name(f"{path.name}.repair-backup-{stamp}")
@@ -166,7 +166,7 @@ def _backup_beside(path: Path) -> Path:
 
 
 def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
-    from ..backends.sqlite import repair as file_repair
+    from ..backends.sqlite.files import repair as file_repair
 
     if not path.exists():
         return _report(error=f"{path} does not exist")

@@ -133,7 +133,7 @@ class OpenedStore(NamedTuple):
     singles: Readers | None = None
     #: is the database still the one opened? ``check()`` raises the package's error,
     #: ``replaced()`` answers, ``settle()`` runs at close (SQLite: the file's identity,
-    #: ``backends/sqlite/identity.py``); None where nothing can replace it (a server)
+    #: ``backends/sqlite/files/identity.py``); None where nothing can replace it (a server)
     guard: Any = None
 
 

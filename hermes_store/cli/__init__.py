@@ -70,7 +70,7 @@ def _root(
     if journal_mode is not None:
         import os
 
-        from ..backends.sqlite import journal
+        from ..backends.sqlite.files import journal
 
         # The CLI owns its process: the setting reaches every store the command opens.
         os.environ[journal.ENV] = journal.normalize(journal_mode, source="--journal-mode")

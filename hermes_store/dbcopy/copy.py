@@ -10,7 +10,8 @@ from sqlalchemy.engine import Connection
 
 from .. import errors, schema, telegram_schema
 from .reading import read_batches, table_digest
-from .report import CopyError, CopyMismatchError, CopyReport, mismatch_message
+from ..errors import CopyError, CopyMismatchError
+from .report import CopyReport, mismatch_message
 from .sides import (
     Side,
     check_source,

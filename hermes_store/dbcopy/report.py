@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..errors import CopyMismatchError  # noqa: F401  (raised with this module's report)
+from ..errors import CopyError, CopyMismatchError
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Head drift: the schema revisions 0001..head build against hermes_store.schema and the
 head reference. (What autogenerate cannot see — FTS, views, triggers, stored text — is
 held by ``tests/migrations/test_new_store.py``: the stairway's ``sqlite_master`` equals
-the frozen head schema, ``backends/sqlite/head_schema.py``, byte for byte.)"""
+the frozen head schema, ``backends/sqlite/migrate/head_schema.py``, byte for byte.)"""
 
 from __future__ import annotations
 

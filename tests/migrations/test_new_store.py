@@ -4,7 +4,7 @@ The one-step file must be the stairway's file: the same ``sqlite_master`` (every
 table, column, index, trigger, view and FTS object, with the same stored text, in the
 same order), the same rows in every table (``alembic_version``, ``schema_version``,
 ``state_meta``, the FTS5 shadow tables and ``sqlite_sequence`` included), the same file
-header settings; and the frozen statements (``backends/sqlite/head_schema.py``) must be
+header settings; and the frozen statements (``backends/sqlite/migrate/head_schema.py``) must be
 what the stairway leaves today, so a new revision cannot forget them. Every way a new
 file is made (``SessionDB``, ``migrate.upgrade``, the CLI, processes racing) gives that
 file; ``SessionDB`` never imports Alembic for it.
@@ -28,13 +28,13 @@ from mig_helpers import REPO, connect_ro
 from support import schema_dump
 
 from hermes_store import migrate, revisions
-from hermes_store.backends.sqlite import create as head_create
-from hermes_store.backends.sqlite import head_schema
-from hermes_store.backends.sqlite.stamp import stamped_at_head
+from hermes_store.backends.sqlite.migrate import create as head_create
+from hermes_store.backends.sqlite.migrate import head_schema
+from hermes_store.backends.sqlite.migrate.head import stamped_at_head
 
 HEAD_SCHEMA = Path(head_schema.__file__)
 HOW_TO_UPDATE = (
-    "hermes_store/backends/sqlite/head_schema.py is not what revisions 0001..head leave on "
+    "hermes_store/backends/sqlite/migrate/head_schema.py is not what revisions 0001..head leave on "
     "an empty file. "
     "If a revision changed the head schema on purpose, regenerate it and review its diff:\n"
     "    HERMES_UPDATE_GOLDEN=1 python3 -m pytest tests/migrations/test_new_store.py"

@@ -371,7 +371,7 @@ def test_branch_revisions_are_frozen_and_numbered_by_topic_schema_version():
 
 
 def test_recover_carries_the_topic_tables_with_their_indexes_and_stamp(tmp_path):
-    from hermes_store.backends.sqlite.recovery import recover
+    from hermes_store.backends.sqlite.files.recovery import recover
 
     path = copy_fixture(FIXTURE, tmp_path)
     SessionDB(path).close()  # adopted: main chain and branch stamped

@@ -89,7 +89,7 @@ def test_opening_a_file_at_head_defines_no_dataclass_and_skips_the_repair_module
         assert db.get_session("s1") is not None
         db.close()
         print(json.dumps({"dataclasses": made,
-                          "repair": "hermes_store.backends.sqlite.repair" in sys.modules}))
+                          "repair": "hermes_store.backends.sqlite.files.repair" in sys.modules}))
     """)
     run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, cwd=REPO, timeout=120)

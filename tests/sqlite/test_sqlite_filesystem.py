@@ -1,4 +1,4 @@
-"""Which filesystem a store lives on (``backends.sqlite.filesystem``), through the seam:
+"""Which filesystem a store lives on (``backends.sqlite.files.filesystem``), through the seam:
 the mountinfo text and the path, with rows as the kernel writes them on the machines
 the store meets (Docker Desktop, OrbStack, Podman, WSL2, a NAS, sshfs, gVisor)."""
 
@@ -8,8 +8,13 @@ import os
 
 import pytest
 
-from hermes_store.backends.sqlite import filesystem
-from hermes_store.backends.sqlite.filesystem import classify, detect, mount_for, parse_mountinfo
+from hermes_store.backends.sqlite.files import filesystem
+from hermes_store.backends.sqlite.files.filesystem import (
+    classify,
+    detect,
+    mount_for,
+    parse_mountinfo,
+)
 
 #: a Linux container on a macOS/Windows host: root on overlay, the Hermes home and a
 #: project bind-mounted from the host, a native disk mounted inside a host share, a NAS,

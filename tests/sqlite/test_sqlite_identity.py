@@ -1,4 +1,4 @@
-"""A file's identity (``backends.sqlite.identity``): recorded once, compared by ``stat``;
+"""A file's identity (``backends.sqlite.files.identity``): recorded once, compared by ``stat``;
 a replaced, moved or deleted file is ``StoreReplacedError`` naming the path; no stable
 identity (inode 0) fails open; a replaced file's log is moved out of the new file's way
 only when this process provably holds it."""
@@ -10,8 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from hermes_store.backends.sqlite import identity
-from hermes_store.backends.sqlite.identity import FileIdentity, FileWatch, set_aside_sidecars
+from hermes_store.backends.sqlite.files import identity
+from hermes_store.backends.sqlite.files.identity import (
+    FileIdentity,
+    FileWatch,
+    set_aside_sidecars,
+)
 from hermes_store.backends.sqlite.library import connect
 from hermes_store.errors import StoreReplacedError
 

@@ -1,4 +1,4 @@
-"""The journal mode a store gives its file (``backends.sqlite.journal``): from the
+"""The journal mode a store gives its file (``backends.sqlite.files.journal``): from the
 filesystem unless set explicitly; a file already in WAL is never switched live."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hermes_store.backends.sqlite import journal
+from hermes_store.backends.sqlite.files import journal
 from hermes_store.backends.sqlite.library import connect
 from hermes_store.errors import InvalidArgumentError
 

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermes_store import SessionDB
-from hermes_store.backends.sqlite import filesystem, journal
+from hermes_store.backends.sqlite.files import filesystem, journal
 from hermes_store.backends.sqlite.library import connect, library
 from hermes_store.cli import app
 from hermes_store.errors import StoreReplacedError
@@ -202,7 +202,7 @@ def _new_file(folder: Path, name: str = "incoming.db") -> Path:
 
 
 def test_replace_by_rename_under_an_open_store(tmp_path, monkeypatch):
-    from hermes_store.backends.sqlite import repair as schema_repair
+    from hermes_store.backends.sqlite.files import repair as schema_repair
 
     path = tmp_path / "state.db"
     db = SessionDB(path)
@@ -323,7 +323,7 @@ def test_replace_by_rename_under_two_writer_processes(tmp_path):
 def test_a_repair_never_heals_a_file_replaced_while_it_ran(tmp_path, monkeypatch):
     """The duplicated-schema heal (upstream #43149) checks, under its lock and again
     after its backup copy, that the file is still the one it diagnosed."""
-    from hermes_store.backends.sqlite import repair as schema_repair
+    from hermes_store.backends.sqlite.files import repair as schema_repair
 
     path = tmp_path / "state.db"
     SessionDB(path).close()

@@ -68,7 +68,7 @@ class SQLiteBackend(Backend):
 
     @property
     def files(self):
-        from .tools import FILES
+        from .files import FILES
 
         return FILES
 
@@ -81,7 +81,7 @@ class SQLiteBackend(Backend):
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
                    max_overflow=None, journal_mode=None) -> OpenedStore:
-        from . import journal
+        from .files import journal
 
         # An explicit journal mode reaches the migration that may create the file, too.
         with journal.requesting(journal_mode):
@@ -93,10 +93,15 @@ class SQLiteBackend(Backend):
         from ...connections import HeldConnections
         from ...errors import DatabaseDamagedError, SchemaOutOfDateError, StoreNotFoundError
         from .engine import AUTO, create_engine
-        from .fileops import create_private_file
-        from .files import (check_not_symlink, ensure_schema, make_private, probe_database,
-                            upgrade_hint)
-        from .identity import FileWatch
+        from .files.ops import create_private_file
+        from .files.probe import (
+            check_not_symlink,
+            ensure_schema,
+            make_private,
+            probe_database,
+            upgrade_hint,
+        )
+        from .files.identity import FileWatch
 
         check_not_symlink(path)
         if not path.exists():
@@ -113,7 +118,7 @@ class SQLiteBackend(Backend):
         try:
             probe_database(path)
         except DatabaseDamagedError:  # the repair module only for a file that needs it
-            from .repair import probe_or_heal
+            from .files.repair import probe_or_heal
 
             probe_or_heal(path, read_only=read_only)  # heals only duplicated FTS schema rows
         # The file as opened: write units, checkpoints, VACUUM and new connections check
@@ -122,7 +127,7 @@ class SQLiteBackend(Backend):
         mode = journal_mode or AUTO
         engine = None
         if not read_only and auto_upgrade and path.stat().st_size == 0:
-            from .create import open_new  # a new store: the head schema in one step (D18)
+            from .migrate.create import open_new  # a new store: the head schema in one step (D18)
 
             engine = open_new(path, busy_timeout=retry.busy_timeout, journal_mode=mode,
                               watch=watch)
@@ -144,7 +149,7 @@ class SQLiteBackend(Backend):
         return create_engine(target.path, read_only=read_only, journal_mode=None)
 
     def label(self, engine) -> str:
-        from .uri import path_of
+        from .files.uri import path_of
 
         return path_of(engine.url)
 
@@ -228,8 +233,8 @@ class SQLiteBackend(Backend):
     # ------------------------------------------------------------------ reporting
 
     def describe(self, target) -> dict:
-        from .backup import journal_mode
-        from .filesystem import detect
+        from .files.backup import journal_mode
+        from .files.filesystem import detect
         from .library import library
 
         return {"journal_mode": journal_mode(target.path),
@@ -245,7 +250,7 @@ class SQLiteBackend(Backend):
         return wal.stat().st_size if wal.exists() else 0
 
     def health(self, target, conn=None, *, quick: bool = False):
-        from .backup import file_health
+        from .files.backup import file_health
 
         return file_health(target.path, quick=quick)
 

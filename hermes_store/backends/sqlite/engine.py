@@ -27,9 +27,9 @@ from ...connections import autocommit, begin_statement
 from ...driver import driver_execute, uses_driver
 from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
-from . import journal as _journal
+from .files import journal as _journal
 from . import library as _library
-from .uri import sqlite_url
+from .files.uri import sqlite_url
 
 log = logging.getLogger(__name__)
 

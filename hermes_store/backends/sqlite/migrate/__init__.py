@@ -17,14 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
-
-from ....migrate.scripts import config
 from ...base import Migrations, StoreState
-from ..errors import sqlite_errors
-from . import topics
-from .commands import upgrade_file
-from .inspect import inspect_file
+
+# Light by design: a new file is created at head (``create.py``) and a file at head is
+# recognised (``head.py``) without importing Alembic; each method imports what it runs.
 
 
 def _file(target) -> Path:
@@ -39,26 +35,29 @@ class SQLiteMigrations(Migrations):
         return head() if is_at(head(), revision) else None
 
     def state(self, target) -> StoreState:
+        from .inspect import inspect_file
+
         return inspect_file(_file(target))
 
     def schema_version_of(self, target) -> int | None:
+        from .inspect import inspect_file
+
         return inspect_file(_file(target)).schema_version
 
     def upgrade(self, target, revision: str = "head", *, progress=None) -> str | None:
+        from .commands import upgrade_file
+
         return upgrade_file(_file(target), revision, progress=progress)
 
     def downgrade(self, target, revision: str) -> str | None:
-        path = _file(target)
-        inspect_file(path)
-        with sqlite_errors(path):
-            command.downgrade(config(path), revision)
-        return inspect_file(path).revision
+        from .commands import downgrade_file
+
+        return downgrade_file(_file(target), revision)
 
     def stamp(self, target, revision: str) -> None:
-        path = _file(target)
-        inspect_file(path)
-        with sqlite_errors(path):
-            command.stamp(config(path), revision)
+        from .commands import stamp_file
+
+        stamp_file(_file(target), revision)
 
     def check(self, target):
         from .check import check
@@ -66,7 +65,7 @@ class SQLiteMigrations(Migrations):
         return check(_file(target))
 
     def ensure_schema(self, target, *, auto_upgrade: bool, read_only: bool) -> None:
-        from ..files import ensure_schema
+        from ..files.probe import ensure_schema
 
         ensure_schema(_file(target), auto_upgrade=auto_upgrade, read_only=read_only)
 
@@ -93,18 +92,28 @@ class SQLiteMigrations(Migrations):
     # -- Telegram topics
 
     def topics_state(self, target):
+        from . import topics
+
         return topics.inspect_telegram_topics(_file(target))
 
     def topics_state_on(self, conn, where):
+        from . import topics
+
         return topics.classify_topics(lambda sql: conn.exec_driver_sql(sql).fetchall(), where)
 
     def upgrade_topics(self, target, revision: str, *, only_if_present: bool) -> str | None:
+        from . import topics
+
         return topics.upgrade_file(_file(target), revision, only_if_present=only_if_present)
 
     def upgrade_topics_on(self, conn, revision: str) -> str | None:
+        from . import topics
+
         return topics.upgrade_on(conn, revision)
 
     def downgrade_topics(self, target, revision: str) -> str | None:
+        from . import topics
+
         return topics.downgrade_file(_file(target), revision)
 
     def topics_drift(self, conn, diffs: list, metadata) -> list:

@@ -1,4 +1,5 @@
-"""Upgrading a file: what ``migrate.upgrade`` and an open below head run."""
+"""Moving a file between revisions: upgrade (what ``migrate.upgrade`` and an open below
+head run), downgrade, stamp."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | 
         return state.revision
     if state.kind in ("missing", "empty") and state.writable and is_at(head(), revision):
         # a new file: the head schema in one step (D18), not every revision
-        from ..create import PROGRESS, create_file
-        from ..fileops import create_private_file
+        from .create import PROGRESS, create_file
+        from ..files.ops import create_private_file
 
         create_private_file(path)
         with sqlite_errors(path):
@@ -37,4 +38,19 @@ def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | 
     return inspect_file(path).revision
 
 
-__all__ = ["upgrade_file"]
+def downgrade_file(path: Path, revision: str) -> str | None:
+    """Downgrade a file to ``revision``; returns the revision it is at afterwards."""
+    inspect_file(path)
+    with sqlite_errors(path):
+        command.downgrade(config(path), revision)
+    return inspect_file(path).revision
+
+
+def stamp_file(path: Path, revision: str) -> None:
+    """Record ``revision`` as the file's, without running a step."""
+    inspect_file(path)
+    with sqlite_errors(path):
+        command.stamp(config(path), revision)
+
+
+__all__ = ["downgrade_file", "stamp_file", "upgrade_file"]

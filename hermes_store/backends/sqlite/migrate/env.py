@@ -28,7 +28,7 @@ from ....migrate.scripts import head, read_only_command, significant_only
 from ....migrate.topics import include_telegram_topics_name, write_telegram_topic_meta
 from ..engine import checkpoint, create_engine
 from ..errors import sqlite_errors
-from ..fileops import create_private_file, migration_lock
+from ..files.ops import create_private_file, migration_lock
 from .adopt import adopt
 from .check import include_name, without_fk_artefacts
 from .inspect import inspect_file, verify_sound

@@ -21,7 +21,7 @@ from ...base import StoreState
 from ..errors import sqlite_errors
 from ..library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from ..library import integrity_problems
-from ..uri import file_uri
+from ..files.uri import file_uri
 
 
 def _head_number(scripts: ScriptDirectory) -> int:

@@ -38,7 +38,7 @@ from .inspect import inspect_file
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from ..library import SQLITE as sqlite3
-from ..uri import file_uri
+from ..files.uri import file_uri
 
 log = logging.getLogger(__name__)
 

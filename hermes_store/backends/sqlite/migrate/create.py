@@ -33,8 +33,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from . import head_schema
-from .fileops import migration_lock
-from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
+from ..files.ops import migration_lock
+from ..library import SQLITE as sqlite3
 
 #: what ``migrate.upgrade``'s ``progress`` hears for the one step
 PROGRESS = "head schema created in one step"
@@ -114,7 +114,7 @@ def render(statements: tuple[str, ...], rows: tuple[tuple, ...], revision: str) 
         "``sqlite_master`` stores it, in creation order, then the FTS5 'rebuild' the",
         "revisions end with (it writes each empty index's totals record), and the rows the",
         "revisions write.",
-        "Replayed by ``hermes_store.backends.sqlite.create`` to create a new file in one step (D18).",
+        "Replayed by ``hermes_store.backends.sqlite.migrate.create`` to create a new file in one step (D18).",
         "",
         "Generated from the stairway; do not edit. After a new revision, regenerate it and",
         "review the diff:",
@@ -143,7 +143,7 @@ def create_file(path: Path, conn: sqlite3.Connection | None = None, *,
     with migration_lock(path):
         if conn is not None:
             return create(conn)
-        from . import journal
+        from ..files import journal
 
         own = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
         try:
@@ -160,7 +160,7 @@ def open_new(path: Path, *, busy_timeout: float, journal_mode: str | None = "aut
     engine's first connection, which the store then keeps (no second open, and its
     pragmas and WAL mode from the engine's connect hook). None when the file holds
     objects after all (another process's): the caller goes the usual way."""
-    from .engine import create_engine
+    from ..engine import create_engine
 
     engine = create_engine(path, busy_timeout=busy_timeout, journal_mode=journal_mode,
                            watch=watch)

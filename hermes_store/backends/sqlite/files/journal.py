@@ -50,7 +50,7 @@ def normalize(value: str | None, *, source: str = "journal_mode") -> str | None:
         return None
     mode = str(value).strip().lower()
     if mode not in MODES:
-        from ...errors import InvalidArgumentError
+        from ....errors import InvalidArgumentError
 
         raise InvalidArgumentError(
             f"{source}={value!r}: the store runs with journal_mode 'wal' or 'delete'"
@@ -116,7 +116,7 @@ def _pragma(dbapi_conn, sql: str) -> str:
 
 def apply(dbapi_conn, journal: JournalPlan, label) -> str:
     """Give a new writable connection the planned mode; the mode in force."""
-    from .library import dbapi
+    from ..library import dbapi
 
     current = _pragma(dbapi_conn, "PRAGMA journal_mode")
     if current == "wal":
@@ -158,8 +158,8 @@ def convert(path, mode: str) -> tuple[str, str]:
     Run it with every Hermes process stopped: on a VM share or a network mount the
     locks that check relies on may not reach the other side.
     """
-    from ...errors import StoreInUseError, StoreNotFoundError
-    from .library import connect, dbapi
+    from ....errors import StoreInUseError, StoreNotFoundError
+    from ..library import connect, dbapi
     from .uri import file_uri
 
     mode = normalize(mode)

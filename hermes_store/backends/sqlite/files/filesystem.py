@@ -6,7 +6,7 @@ boundary (Docker Desktop, OrbStack and Podman bind mounts are virtiofs or 9p) or
 network filesystem (NFS, SMB, sshfs), two writers can each see their own copy, and the
 file is corrupted within minutes (upstream #110848). SQLite: "WAL does not work over a
 network filesystem". So the store picks the journal for a *new* file from the filesystem
-under its folder (``hermes_store.backends.sqlite.journal``).
+under its folder (``hermes_store.backends.sqlite.files.journal``).
 
 ``detect(path, *, mountinfo=None, kernel=None) -> Filesystem``
     The mount that holds ``path`` (the database file, or its folder; a path not
@@ -29,7 +29,7 @@ import os
 from typing import NamedTuple
 from pathlib import Path
 
-from ...paths import expand_home
+from ....paths import expand_home
 
 #: where Linux lists the mounts this process sees
 MOUNTINFO = "/proc/self/mountinfo"

@@ -40,20 +40,20 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ...errors import (
+from ....errors import (
     RECOVER_HINT,
     REPAIR_HINT,
     DatabaseDamagedError,
     NotADatabaseError,
     StoreInUseError,
 )
-from ...policy import DEFAULT_BUSY_TIMEOUT
-from .errors import is_busy_error
-from .fileops import copy_in_child
-from .files import probe_database
+from ....policy import DEFAULT_BUSY_TIMEOUT
+from ..errors import is_busy_error
+from .ops import copy_in_child
+from .probe import probe_database
 from .identity import FileWatch
-from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
-from .library import integrity_problems
+from ..library import SQLITE as sqlite3
+from ..library import integrity_problems
 from .uri import absolute, file_uri
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class RepairReport:
 def _is_fts(name: str) -> bool:
     if name.startswith(_FTS_PREFIX):
         return True
-    from .fts.ddl import is_fts_object
+    from ..fts.ddl import is_fts_object
 
     return is_fts_object(name)
 
@@ -213,7 +213,7 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
     ``StoreInUseError`` when another connection has the file open, and
     ``DatabaseDamagedError`` naming the backup when the healed file fails verification.
     """
-    from .fileops import migration_lock
+    from .ops import migration_lock
 
     started = time.monotonic()
     p = absolute(path)
@@ -302,7 +302,7 @@ def _backup(p: Path) -> list[Path]:
     if done.returncode != 0:
         for _src, dst in pairs:
             dst.unlink(missing_ok=True)
-        from ...errors import HermesStoreError
+        from ....errors import HermesStoreError
 
         raise HermesStoreError(
             f"could not copy {p} before healing it, so it was left untouched: "

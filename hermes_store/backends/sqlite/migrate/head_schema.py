@@ -3,7 +3,7 @@
 ``sqlite_master`` stores it, in creation order, then the FTS5 'rebuild' the
 revisions end with (it writes each empty index's totals record), and the rows the
 revisions write.
-Replayed by ``hermes_store.backends.sqlite.create`` to create a new file in one step (D18).
+Replayed by ``hermes_store.backends.sqlite.migrate.create`` to create a new file in one step (D18).
 
 Generated from the stairway; do not edit. After a new revision, regenerate it and
 review the diff:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 
-from ...revisions import head
+from ....revisions import head
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
-from .library import SQLITE as sqlite3
-from .uri import file_uri
+from ..library import SQLITE as sqlite3
+from ..files.uri import file_uri
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:

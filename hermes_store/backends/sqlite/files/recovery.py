@@ -37,13 +37,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ...errors import NotADatabaseError
+from ....errors import NotADatabaseError
 from .backup import SIDECARS, RecoveryError
 from .backup import integrity as _integrity
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
-from .library import SQLITE as sqlite3
-from .fileops import copy_in_child, digests_in_child
+from ..library import SQLITE as sqlite3
+from .ops import copy_in_child, digests_in_child
 from .uri import absolute, file_uri
 
 #: rows per read while the table reads cleanly
@@ -338,9 +338,7 @@ def recover(
     ``RecoveryError`` for bad paths, ``NotADatabaseError`` when nothing can be located.
     The source is never opened by SQLite, only copied.
     """
-    from .migrate.commands import (
-        upgrade_file,  # deferred: migrations are heavy, this module light
-    )
+    from ..migrate.commands import upgrade_file
 
     started = time.monotonic()
     source = absolute(source)
@@ -399,8 +397,8 @@ def _dest(path: Path) -> sqlite3.Connection:
 
 
 def _copy_all(src: sqlite3.Connection, staging: Path, report: RecoveryReport, progress) -> None:
-    from ...schema import metadata
-    from .fts import ddl as fts_ddl
+    from ....schema import metadata
+    from ..fts import ddl as fts_ddl
 
     try:
         found = _source_tables(src)
@@ -537,8 +535,8 @@ def _repair_references(dst: sqlite3.Connection, report: RecoveryReport) -> None:
 
 
 def _run_fts(path: Path, fn, **kwargs):
-    from ...connections import writer
-    from .engine import create_engine
+    from ....connections import writer
+    from ..engine import create_engine
 
     engine = create_engine(path, foreign_keys=False)
     try:
@@ -549,8 +547,8 @@ def _run_fts(path: Path, fn, **kwargs):
 
 
 def _finish(staging: Path, report: RecoveryReport) -> None:
-    from .fts import ddl as fts_ddl
-    from .fts import maintenance
+    from ..fts import ddl as fts_ddl
+    from ..fts import maintenance
 
     report.fts_rebuilt = _run_fts(staging, fts_ddl.create_fts, fill=True)
     conn = sqlite3.connect(staging, isolation_level=None)

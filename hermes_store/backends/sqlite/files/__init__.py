@@ -48,7 +48,7 @@ class SQLiteFiles:
 def _library_finding() -> tuple[str, str, str]:
     """Which SQLite library runs the store here, how it was chosen, and how the
     WAL-reset race is closed on it; the opt-in library's hazard in words."""
-    from .library import DEFAULT, HAZARD, library
+    from ..library import DEFAULT, HAZARD, library
 
     lib = library()
     detail = lib.summary()

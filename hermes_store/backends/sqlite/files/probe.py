@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
-from ...policy import DEFAULT_BUSY_TIMEOUT
-from .errors import is_busy_error
-from .stamp import stamped_at_head
-from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
-from .library import integrity_problems
+from ....errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
+from ....policy import DEFAULT_BUSY_TIMEOUT
+from ..errors import is_busy_error
+from ..migrate.head import stamped_at_head
+from ..library import SQLITE as sqlite3
+from ..library import integrity_problems
 from .uri import file_uri
 
 #: a non-empty -wal at open is verified with quick_check up to this database size;
@@ -61,10 +61,10 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
     """Bring the file to head, or raise the error that says what to run."""
     if stamped_at_head(path):
         return  # the usual open: answered without importing Alembic
-    from ...migrate.scripts import head as newest
-    from .migrate import topics
-    from .migrate.commands import upgrade_file
-    from .migrate.inspect import inspect_file
+    from ....migrate.scripts import head as newest
+    from ..migrate import topics
+    from ..migrate.commands import upgrade_file
+    from ..migrate.inspect import inspect_file
 
     head = newest()
     at = inspect_file(path).revision
@@ -103,7 +103,7 @@ def probe_database(path: str | os.PathLike) -> None:
     SQLite (not a raw ``open()``) reads the file: closing a raw descriptor would drop
     the POSIX locks other connections of this process hold on it.
     """
-    from ...errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError
+    from ....errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError
 
     uri = file_uri(path, mode="ro")
     try:

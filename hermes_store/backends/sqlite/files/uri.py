@@ -38,7 +38,7 @@ from urllib.parse import quote, unquote_to_bytes, urlencode
 
 from sqlalchemy.engine import URL
 
-from ...paths import expand_home
+from ....paths import expand_home
 
 #: the SQLAlchemy dialect and driver of every SQLite URL (the DB-API module itself is
 #: the package's SQLite library, handed to ``create_engine`` as ``module``)

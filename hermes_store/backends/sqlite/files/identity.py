@@ -105,7 +105,7 @@ class FileWatch:
     def settle(self) -> str | None:
         """At close: what changed (None: nothing), moving the old log aside as ``check``
         would, without raising."""
-        from ...errors import StoreReplacedError
+        from ....errors import StoreReplacedError
 
         try:
             self.check()
@@ -117,7 +117,7 @@ class FileWatch:
         """Raise ``StoreReplacedError`` when the path holds another file (or none)."""
         problem = self.problem()
         if problem is not None:
-            from ...errors import StoreReplacedError
+            from ....errors import StoreReplacedError
 
             if self._set_aside:
                 self._set_aside = False  # once: later checks find nothing of ours there

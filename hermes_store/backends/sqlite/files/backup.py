@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...errors import RecoveryError
-from .library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
-from .library import integrity_problems
+from ....errors import RecoveryError
+from ..library import SQLITE as sqlite3
+from ..library import integrity_problems
 from .uri import absolute, file_uri
 
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -53,7 +53,7 @@ def backup(
     source = absolute(source)
     dest = absolute(dest)
     if not source.is_file():
-        from ...errors import StoreNotFoundError
+        from ....errors import StoreNotFoundError
 
         raise StoreNotFoundError(f"no database at {source}: nothing to back up")
     if dest.exists() and not overwrite:
@@ -75,7 +75,7 @@ def backup(
             try:
                 src.backup(out)  # pages=-1: one step, one snapshot
             except sqlite3.DatabaseError as exc:
-                from .errors import translate_error
+                from ..errors import translate_error
 
                 mapped = translate_error(exc, source)
                 raise (mapped or RecoveryError(f"backup of {source} failed: {exc}")) from exc
@@ -97,7 +97,7 @@ def backup(
         src.close()
     if problems:
         tmp.unlink(missing_ok=True)
-        from ...errors import RECOVER_HINT, DatabaseDamagedError
+        from ....errors import RECOVER_HINT, DatabaseDamagedError
 
         raise DatabaseDamagedError(
             f"the copy of {source} fails its integrity check ({problems[0]}); the source is "
