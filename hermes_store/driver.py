@@ -1,22 +1,22 @@
 """The one door past Core: SQL text straight to the DBAPI connection (any engine).
 
-``Connection.exec_driver_sql`` costs ~10 µs per statement on top of SQLite;
-:func:`driver_execute` costs well under one, and keeps what callers rely on: the
+:func:`driver_execute` skips what ``Connection.exec_driver_sql`` adds per statement
+(docs/performance.md, "What issue 12 changed") and keeps what callers rely on: the
 ``before_cursor_execute``/``after_cursor_execute`` listeners still see every statement,
 and a driver error is raised as SQLAlchemy's exception type (``OperationalError``…,
 ``.orig`` the driver's error), so busy retries and error translation work unchanged; a
 connection the driver reports broken is invalidated, as SQLAlchemy does, and the error
 says so (``connection_invalidated``).
 
-Which drivers may take the door is each backend's to say (the backend the connection's
-engine carries) (``Backend.door_drivers``:
-pysqlite, psycopg); ``sql.prebuilt`` compiles the SQL text for each, and any other
-driver runs the same statements through Core.
+Which drivers may take the door is the backend's to say, the one the connection's
+engine carries (``Backend.door_drivers``: pysqlite, psycopg); ``sql.prebuilt``
+compiles the SQL text for each, and any other driver runs the same statements through
+Core.
 
-Asking SQLAlchemy whether anything listens costs about a microsecond per statement
-(three levels of joined dispatch: connection, option engine, engine). A transaction
-asks once (:func:`listeners_fixed`) and its statements reuse the answer: a listener
-added while one runs sees statements from the next transaction on.
+Asking SQLAlchemy whether anything listens walks three levels of joined dispatch
+(connection, option engine, engine), so a transaction asks once
+(:func:`listeners_fixed`) and its statements reuse the answer: a listener added while
+one runs sees statements from the next transaction on.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every concern module of the repository stands on.
 
 A concern mixin (sessions, messages, titles, search, …) talks to the database only
-through three doors:
+through four doors:
 
 * ``self._write(fn, locks=…)`` — ``fn(conn)`` runs as one write unit (``BEGIN
   IMMEDIATE`` on SQLite; on PostgreSQL READ COMMITTED under the locks of what it

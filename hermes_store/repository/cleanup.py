@@ -8,20 +8,11 @@ unit. Transcript files under ``sessions_dir`` are removed after the commit.
 
 A **ghost** is a TUI session that was started and left without a word: ``source='tui'``,
 no title, ended, started more than 24 hours ago, no message rows at all. A ghost that is
-another session's parent is **kept** (upstream 0.19.0 deletes all ghosts in one DELETE,
-which the child's foreign key refuses, so no ghost is ever pruned and the agent fails
-the same way at every start). Kept rather than detaching the child, because:
-
-* the parent link is the only record of where the child came from (the session a
-  delegate run was spawned from, a branch's or a compression continuation's origin,
-  what lineage walks and titles follow); detaching would lose it for good, keeping it
-  costs one empty row;
-* it is the rule ``delete_session_if_empty`` already applies: a session that spawned
-  work is not empty even when its own transcript never flushed;
-* it resolves itself: once the child is deleted, the ghost qualifies at the next prune.
-
-Ghosts whose children are themselves ghosts pruned in the same call go together (as one
-DELETE would take them in 0.19.0).
+another session's parent is **kept**, because the parent link is the only record of
+where the child came from; once the child is deleted, the ghost qualifies at the next
+prune (why not detach the child, and how upstream 0.19.0 fails here: docs/api.md,
+"Empty and ghost sessions"). Ghosts whose children are themselves ghosts pruned in the
+same call go together.
 """
 
 from __future__ import annotations

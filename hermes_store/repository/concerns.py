@@ -3,10 +3,9 @@ others on first use.
 
 ``SessionDB`` (``hermes_store.store``) is one mixin per concern (this package's other
 modules). A process that opens a store and reads a session — every CLI run, cron job and
-subprocess — touches one of them, ``sessions``; importing the other fourteen modules (and
-what only they import: the search parser, the transcript shaping, the Telegram tables)
-costs 12–19 ms and ~1,800 live objects that the interpreter walks again at exit
-(docs/performance.md, issue 19). So ``SessionDB`` is created with the mixins of
+subprocess — touches one of them, ``sessions``, and should not pay at start-up for
+importing the other fourteen (and what only they import: the search parser, the
+transcript shaping, the Telegram tables). So ``SessionDB`` is created with the mixins of
 ``CONCERNS[:EAGER]`` as its bases, and the first time anything looks for a name it does
 not have, every other concern is imported and becomes a base, in ``CONCERNS`` order:
 the class then has exactly the method resolution order it would have had if built
@@ -100,9 +99,8 @@ class AssembledOnUse(type):
                 root._on_assembly(root, mro)
             root.__bases__ = bases
             root._later = ()
-            # A class with __getattr__ routes every attribute access through a slower
-            # slot and loses the interpreter's attribute specialisation (the hot paths
-            # measured 5-10 % slower): once the class is whole, no hook has a use.
+            # a class with __getattr__ reaches every attribute through a slower slot:
+            # once the class is whole, no hook has a use
             for owner in (Assembled, AssembledOnUse):
                 for hook in ("__getattr__", "__dir__"):
                     if hook in owner.__dict__:

@@ -49,9 +49,6 @@ CONVERSATION_COLUMNS = (
     M.c.platform_message_id, M.c.observed, M.c.timestamp, M.c.api_content,
 )
 
-# The hot write path runs prebuilt statements with bound values: a statement built per
-# call (19 literal values) cost SQLAlchemy more CPU than SQLite's own work for the row.
-
 
 @lru_cache(maxsize=None)
 def conversation_query(include_inactive: bool) -> Prebuilt:
@@ -61,9 +58,6 @@ def conversation_query(include_inactive: bool) -> Prebuilt:
     if not include_inactive:
         stmt = stmt.where(M.c.active == 1)
     return Prebuilt(stmt)
-
-
-
 
 
 def strip_memory_context(text: str) -> str:

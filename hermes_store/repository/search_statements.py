@@ -38,8 +38,7 @@ def _nearest(before: bool) -> tuple:
 
     A row-value comparison, not ``t < :t OR (t = :t AND id < :id)``: SQLite turns it into
     a range of ``idx_messages_session`` (session_id, timestamp; the id rides along as
-    the rowid), where the OR walked the session from one end — 6 ms per neighbour in a
-    20,000-message session, against microseconds.
+    the rowid), where the OR walked the session from one end.
     """
     probe = M.alias("probe")
     position = sa.tuple_(probe.c.timestamp, probe.c.id)
@@ -58,10 +57,9 @@ def _neighbour_id(before: bool) -> sa.ScalarSelect:
             .order_by(*order).limit(1).scalar_subquery())
 
 
-# The context travels in the result query (two index probes per returned row) rather
-# than in two statements per hit: 40 round trips through SQLAlchemy cost more than the
-# whole search. Built on first use (a process that never searches does not pay for it
-# at start-up).
+# The context travels in the result query (two index probes per returned row), not in
+# two statements per hit. Built on first use (a process that never searches does not
+# pay for it at start-up).
 @functools.lru_cache(maxsize=None)
 def _neighbours() -> tuple:
     """(previous message alias, next message alias, the context columns)."""
@@ -269,10 +267,8 @@ def ranked(sql: SearchRoute, index: str, form, shape: Shape,
 def written_page_size(sql: SearchRoute, shape: Shape, values: dict) -> int | None:
     """The page size to write into a full-text page statement, or None to bind it.
 
-    PostgreSQL plans a LIMIT it cannot see as a tenth of the matches, so a prepared
-    statement's generic plan looked dearer than the plan made for each search, and
-    every search was planned anew (~0.5 ms). Written in, the generic plan is kept
-    (PostgreSQL's ``fts.search._once`` hides the query text from the planner for the same reason);
+    Written in, PostgreSQL keeps one generic plan per statement instead of planning
+    every search anew (it plans a LIMIT it cannot see as a tenth of the matches);
     there is one statement per page size (callers use a handful). Pages with an
     offset keep it bound, to leave paging one statement.
     """

@@ -34,8 +34,8 @@ _ENRICHABLE = (
 )
 
 
-# Read statements built once (one compile per dialect, see prebuilt.py): a 60-column
-# select built per call costs SQLAlchemy more than SQLite needs to answer it.
+# Read statements built once (one compile per dialect, see sql/prebuilt.py): a
+# 60-column select built per call costs SQLAlchemy more than SQLite needs to answer it.
 _SESSION_ROW = Prebuilt(
     sa.select(*session_columns()).where(S.c.id == sa.bindparam("sid", type_=sa.Text))
 )

@@ -29,9 +29,9 @@ _TOKEN_FIELDS = (
 _ROUTE_FIELDS = ("model", "billing_provider", "billing_base_url", "billing_mode")
 
 # Statements built once (``Prebuilt``; the UPDATE and the upsert once per shape of the
-# call): building them per call cost ~5 ms of client CPU per ``update_token_counts``,
-# more than the call's round trips. Parameter names carry a ``p_`` prefix: SQLAlchemy
-# reserves a column's own name in the VALUES/SET of its table.
+# call): built per call they cost more client CPU than the call's round trips.
+# Parameter names carry a ``p_`` prefix: SQLAlchemy reserves a column's own name in the
+# VALUES/SET of its table.
 _SID = sa.bindparam("p_sid", type_=sa.Text)
 _ACCOUNTING = Prebuilt(sa.select(*(S.c[name] for name in (*_ROUTE_FIELDS, "api_call_count")))
                        .where(S.c.id == _SID))

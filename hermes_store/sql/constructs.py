@@ -175,12 +175,11 @@ def _escape_clause(element) -> str:
 
 @_generic(_like_nocase)
 def _like_nocase_default(element, compiler, **kw):
-    # Folding every row with translate() costs ~30 µs per kB of text here (the short-CJK
-    # scan: 1.9 s for 20,000 rows), so it runs only where it can matter: a pattern
-    # without ASCII letters matches the same rows in either case, and plain LIKE decides
-    # (PostgreSQL folds the CASE at planning, the pattern being a parameter's value);
-    # with letters, ILIKE (C code; it folds more, so never drops a match) lets through
-    # only candidates for the exact, ASCII-only fold.
+    # Folding every row with translate() is slow, so it runs only where it can matter: a
+    # pattern without ASCII letters matches the same rows in either case, and plain LIKE
+    # decides (PostgreSQL folds the CASE at planning, the pattern being a parameter's
+    # value); with letters, ILIKE (C code; it folds more, so never drops a match) lets
+    # through only candidates for the exact, ASCII-only fold.
     column, pattern = (compiler.process(c, **kw) for c in element.clauses)
     escape = _escape_clause(element)
     fold = f"'{_ASCII_UPPER}', '{_ASCII_LOWER}'"

@@ -1,30 +1,28 @@
 """Hot-path statements: written in Core, compiled once, sent straight to the driver.
 
-``Connection.execute(core_statement, values)`` costs ~35 µs per statement on top of the
-driver even when the statement is prebuilt (cache-key lookup, parameter processing,
-result setup) — as much as SQLite needs to store a message row or answer a small
-read. A ``Prebuilt`` compiles its Core statement once per dialect and, where the
-dialect allows it (``driver.uses_driver``: pysqlite, psycopg), sends the SQL text
-through ``driver.driver_execute``, which keeps what matters from the engine: the
-transaction, cursor events and SQLAlchemy's exception types (busy retries,
-``StoreFullError``, lost connections…).
+``Connection.execute(core_statement, values)`` adds, even for a prebuilt statement
+(cache-key lookup, parameter processing, result setup), about what SQLite needs to
+store a message row or answer a small read. A ``Prebuilt`` compiles its Core statement
+once per dialect and, where the dialect allows it (``driver.uses_driver``: pysqlite,
+psycopg), sends the SQL text through ``driver.driver_execute``, which keeps what
+matters from the engine: the transaction, cursor events and SQLAlchemy's exception
+types (busy retries, ``StoreFullError``, lost connections…).
 
 The shortcut is taken only when the compiled form needs nothing else from Core at run
 time than the types' bind conversions (applied here): no expanding ``IN``, and no
 RETURNING except, with named parameters (psycopg), an INSERT's own new key (SQLite
 gives it as ``lastrowid``). Any other dialect or statement runs the Core statement as
 usual, so the SQL stays portable and has one source (the Core statement, built from
-``schema``). On PostgreSQL the door saves ~0.4 ms of client CPU per ``append_message``
-(0.90 → ~0.5 ms, docs/performance.md).
+``schema``). What the door saves on each engine: docs/performance.md.
 
 Numbers written into the statement (``active = 1``, ``LIMIT 1``, ``coalesce(x, 0)``)
 are rendered into its SQL text instead of being bound: SQLite re-prepares a statement
 on every run when a bound value meets a column that a partial index's WHERE names
-(``messages.active``), which cost a search more than the search itself. Text values
-stay bound parameters. So are a page's numbers (``paging``: the LIMIT and OFFSET a
-caller gives) where the backend says so (``Backend.pages_in_sql``: SQLite 3.53 plans a
-bound LIMIT far worse): the SQL text is then made per call from a template, one text
-per pair of numbers, each prepared once by the driver's statement cache.
+(``messages.active``). Text values stay bound parameters. A page's numbers
+(``paging``: the LIMIT and OFFSET a caller gives) are written in only where the
+backend says so (``Backend.pages_in_sql``: SQLite plans a bound LIMIT worse): the SQL
+text is then made per call from a template, one text per pair of numbers, each
+prepared once by the driver's statement cache.
 """
 
 from __future__ import annotations
@@ -295,9 +293,9 @@ def _numbers_inlined(statement, dialect, paging: tuple[str, ...] = ()):
             return None
         return sa.literal_column(render(value), type_=element.type)
 
-    # Looking is ~8x cheaper than copying (a 61-column SELECT: 0.03 vs 0.25 ms), and
-    # most statements have nothing to inline: find the replacements first, copy only
-    # a statement that has some (the copy is handed the originals it found)
+    # Looking is much cheaper than copying, and most statements have nothing to inline:
+    # find the replacements first, copy only a statement that has some (the copy is
+    # handed the originals it found)
     found = {}
     for element in visitors.iterate(statement):
         new = replace(element)
