@@ -13,7 +13,7 @@ a SQLite file is probed read-only, adopted when upstream Hermes wrote it, then m
 one revision per ``BEGIN IMMEDIATE`` transaction with ``schema_version`` following each
 step (``backends/sqlite/migrate/env.py``); a PostgreSQL database takes the advisory lock,
 gets the baseline at ``0030`` when empty, and runs nothing below it
-(``backends/postgresql/migrate.py``).
+(``backends/postgresql/migrate/``).
 """
 
 from __future__ import annotations

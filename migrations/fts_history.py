@@ -459,7 +459,7 @@ def apply_layout(
     """
     say = progress or (lambda _msg: None)
     # SQLite only: on PostgreSQL no revision below the baseline 0030 ever runs
-    # (backends/postgresql/migrate.py refuses such a plan before anything is written)
+    # (backends/postgresql/migrate/ refuses such a plan before anything is written)
     recreate = {i.name for i in layout.indexes
                 if _normalized(_master_sql(conn, "table", i.name)) != _normalized(i.create_sql)}
     new_views = dict(layout.views)

@@ -204,12 +204,15 @@ class Backend:
         return bind
 
     def open_store(self, target: StoreTarget, *, read_only: bool, auto_upgrade: bool,
-                   retry: RetryPolicy, pool_size: int | None,
-                   max_overflow: int | None) -> OpenedStore:
+                   retry: RetryPolicy, pool_size: int | None = None,
+                   max_overflow: int | None = None,
+                   journal_mode: str | None = None) -> OpenedStore:
         """Everything ``SessionDB`` needs before its first call: the database checked
         (refused with a clear error when it cannot be used), its schema at head (or the
-        error naming the command to run), the engine and the read connections. A backend
-        that stores files also takes ``journal_mode`` (``SessionDB(journal_mode=…)``)."""
+        error naming the command to run), the engine and the read connections.
+        ``pool_size``/``max_overflow`` size a pool where the engine keeps one (a server);
+        ``journal_mode`` is a file's (``SessionDB(journal_mode=…)``; ``SessionDB`` refuses
+        it for a backend that does not store files)."""
         raise NotImplementedError
 
     def inspection_engine(self, target: StoreTarget) -> Engine:
@@ -372,11 +375,6 @@ class Backend:
     def wal_bytes(self, target: StoreTarget) -> int | None:
         """Bytes in a write-ahead log waiting for a checkpoint (None: not applicable)."""
         return None
-
-    def health(self, target: StoreTarget, conn: sa.Connection | None = None, *,
-               quick: bool = False) -> list[str]:
-        """Problems of the storage itself (integrity check), empty when sound."""
-        return []
 
 
 class SearchRoute:

@@ -10,7 +10,7 @@ engine they have.
 
 ``rebuild(conn, *, progress=None) -> list[str]``   the indexes rebuilt
 ``integrity_check(conn) -> list[str]``            problems, empty when all is well
-``optimize(conn, **options) -> bool``             one bounded step; True once done
+``optimize(conn) -> bool``                        one bounded step; True once done
 ``fts_sizes(conn) -> dict[str, int]``             bytes per index
 ``usable_indexes(conn) -> list[str]``             the indexes present and usable
 """
@@ -34,10 +34,10 @@ def integrity_check(conn: Connection) -> list[str]:
     return backend_of(conn).fts_integrity_check(conn)
 
 
-def optimize(conn: Connection, **options) -> bool:
-    """One bounded step of index upkeep (SQLite: ``pages``/``steps`` of FTS5 merging);
-    True when nothing is left to do. Call it, one short transaction each, until True."""
-    return backend_of(conn).optimize_fts(conn, **options)
+def optimize(conn: Connection) -> bool:
+    """One bounded step of index upkeep (SQLite: a few pages of FTS5 merging); True when
+    nothing is left to do. Call it, one short transaction each, until True."""
+    return backend_of(conn).optimize_fts(conn)
 
 
 def fts_sizes(conn: Connection) -> dict[str, int]:

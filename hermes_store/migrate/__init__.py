@@ -13,7 +13,7 @@ path or a SQLAlchemy URL (D11, resolved by :mod:`hermes_store.location`) and han
 work to that engine's backend (``Backend.migrations``, decision D17): SQLite files walk
 the revisions (adopting a file upstream Hermes wrote first, D5; see
 ``backends/sqlite/migrate``), a PostgreSQL database starts from its baseline at ``0030``
-under an advisory lock (``backends/postgresql/migrate.py``). The Alembic scripts and
+under an advisory lock (``backends/postgresql/migrate/``). The Alembic scripts and
 their configs are in :mod:`hermes_store.migrate.scripts`, the Telegram topic branch's
 shared parts in :mod:`hermes_store.migrate.topics`.
 

@@ -211,7 +211,7 @@ def test_a_wrong_password_is_an_access_error_that_masks_it(pg_server, pg_empty_u
 
 
 def test_a_database_below_head_names_the_command_to_run(pg_empty_url):
-    from hermes_store.backends.postgresql import migrate as migrate_pg
+    from hermes_store.backends.postgresql.migrate import commands as migrate_pg
 
     url = sa.engine.make_url(pg_empty_url).set(password=SECRET)
     target = resolve(url)

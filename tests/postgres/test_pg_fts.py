@@ -12,6 +12,7 @@ from hermes_store import schema
 from hermes_store.backends.postgresql import engine as postgres
 from hermes_store.backends.sqlite.fts import ddl
 from hermes_store.backends.postgresql.fts import ddl as fp
+from hermes_store.backends.postgresql.fts import maintenance as fm
 from hermes_store.location import resolve
 
 M, S = schema.messages, schema.sessions
@@ -140,7 +141,7 @@ def test_the_trigram_scope_follows_the_session_rule(engine, source, model_config
         assert (in_trigram_scope(conn) == {mid}) is in_scope
         assert (substring(conn, "chable wor") == {mid}) is in_scope
         assert mid in words(conn, "searchable")
-        assert fp.integrity_check(conn) == []
+        assert fm.integrity_check(conn) == []
 
 
 def test_the_scope_follows_later_changes_of_role_and_session(engine):
@@ -160,7 +161,7 @@ def test_the_scope_follows_later_changes_of_role_and_session(engine):
         assert in_trigram_scope(conn) == {mid}
         conn.execute(M.update().where(M.c.id == mid).values(session_id="c"))
         assert in_trigram_scope(conn) == set()
-        assert fp.integrity_check(conn) == []
+        assert fm.integrity_check(conn) == []
 
 
 def test_json_text_reads_a_top_level_key_or_null(engine):
@@ -202,19 +203,19 @@ def test_integrity_check_finds_and_rebuild_repairs(engine):
     with engine.begin() as conn:
         add_session(conn, "s")
         good = add_message(conn, "s", "fine")
-        assert fp.integrity_check(conn) == []
+        assert fm.integrity_check(conn) == []
         # a row written while the scope trigger was away
         conn.exec_driver_sql(f"ALTER TABLE messages DISABLE TRIGGER {fp.MESSAGE_SCOPE_TRIGGER}")
         stray = add_message(conn, "s", "missed")
         conn.exec_driver_sql(f"ALTER TABLE messages ENABLE TRIGGER {fp.MESSAGE_SCOPE_TRIGGER}")
         conn.exec_driver_sql(f"DROP INDEX {fp.TRIGRAM_INDEX}")
-        problems = fp.integrity_check(conn)
+        problems = fm.integrity_check(conn)
         assert any("1 message(s) with a wrong trigram scope" in p for p in problems)
         assert any(p.startswith(f"{fp.TRIGRAM_INDEX}: missing") for p in problems)
         seen = []
-        assert fp.rebuild(conn, progress=lambda *a: seen.append(a)) == list(fp.FTS_INDEXES)
+        assert fm.rebuild(conn, progress=lambda *a: seen.append(a)) == list(fp.FTS_INDEXES)
         assert seen == [(fp.WORD_INDEX, 1, 2), (fp.TRIGRAM_INDEX, 2, 2)]
-        assert fp.integrity_check(conn) == []
+        assert fm.integrity_check(conn) == []
         assert in_trigram_scope(conn) == {good, stray}
 
 
@@ -223,8 +224,8 @@ def test_optimize_and_sizes(engine):
         add_session(conn, "s")
         for i in range(50):
             add_message(conn, "s", f"message number {i} with some words")
-        assert fp.optimize(conn) is True
-        sizes = fp.fts_sizes(conn)
+        assert fm.optimize(conn) is True
+        sizes = fm.fts_sizes(conn)
     assert set(sizes) == set(fp.FTS_INDEXES) and all(v > 0 for v in sizes.values())
 
 
@@ -237,10 +238,10 @@ def test_create_fts_is_idempotent_and_fills_existing_rows(engine):
         fp.create_fts(conn)  # again, on the head: nothing changes
         assert words(conn, "words") == {kept, kept + 1} and in_trigram_scope(conn) == {kept}
         fp.drop_fts(conn)
-        assert fp.integrity_check(conn) != []
+        assert fm.integrity_check(conn) != []
         fp.create_fts(conn)  # over existing rows: column computed, flags set from sessions
         assert words(conn, "words") == {kept, kept + 1} and in_trigram_scope(conn) == {kept}
-        assert fp.integrity_check(conn) == []
+        assert fm.integrity_check(conn) == []
 
 
 def test_is_fts_object_names_what_schema_comparison_must_skip():

@@ -17,7 +17,9 @@ import sqlalchemy as sa
 from alembic.migration import MigrationContext
 
 from hermes_store import errors, migrate
-from hermes_store.backends.postgresql import migrate as migrate_pg
+from hermes_store.backends.postgresql.migrate import create as pg_create
+from hermes_store.backends.postgresql.migrate import env as pg_env
+from hermes_store.backends.postgresql.migrate import inspect as pg_inspect
 from hermes_store.backends.postgresql import locks as pg_locks
 from hermes_store.backends.postgresql import engine as postgres
 from hermes_store.location import resolve
@@ -76,7 +78,7 @@ def test_the_frozen_baseline_equals_the_live_head_definitions(pg_server, pg_empt
     try:
         engine = postgres.create_engine(resolve(live), poolclass=sa.pool.NullPool)
         with engine.begin() as conn:
-            migrate_pg.create_head(conn)
+            pg_create.create_head(conn)
         engine.dispose()
         with pg_server.connect(_db(pg_empty_url)) as a, pg_server.connect(_db(live)) as b:
             baseline_items, live_items = pg_schema.schema_items(a), pg_schema.schema_items(b)
@@ -151,11 +153,11 @@ def test_a_server_error_prints_one_line_through_the_cli(tmp_path):
 def dialect_problems(source: str, number: int) -> list[str]:
     """The rule of docs/migrations.md for revision ``number``: from 0031 on, a revision
     declares ``dialects = ("sqlite", "postgresql")`` (it handles both engines)."""
-    if number <= int(migrate_pg.BASELINE):
+    if number <= int(pg_create.BASELINE):
         return []
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == migrate_pg.DIALECTS_ATTRIBUTE
+                isinstance(t, ast.Name) and t.id == pg_env.DIALECTS_ATTRIBUTE
                 for t in node.targets):
             value = ast.literal_eval(node.value)
             if set(value) >= {"sqlite", "postgresql"}:
@@ -179,14 +181,14 @@ def test_every_revision_after_the_baseline_handles_both_engines():
 def test_env_refuses_to_run_a_revision_that_does_not_handle_postgresql():
     target = resolve("postgresql://u@h/db")
     scripts = migrate.scripts.scripts()
-    state = migrate_pg.DbState("alembic", "0030", frozenset())
+    state = pg_inspect.DbState("alembic", "0030", frozenset())
     module = SimpleNamespace()  # a revision 0031 without `dialects`
     step = SimpleNamespace(revision=SimpleNamespace(revision="0031", module=module),
                            to_revisions=("0031",), is_upgrade=True)
     with pytest.raises(errors.SchemaError, match="revision 0031 does not declare dialects"):
-        migrate_pg._check_plan([step], state, target, scripts)
+        pg_env._check_plan([step], state, target, scripts)
     module.dialects = ("sqlite", "postgresql")
-    assert migrate_pg._check_plan([step], state, target, scripts) is False
+    assert pg_env._check_plan([step], state, target, scripts) is False
 
 
 def test_the_baseline_is_frozen_like_a_revision():

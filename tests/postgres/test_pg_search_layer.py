@@ -3,7 +3,7 @@
 Rows are inserted directly into a SQLite head and a PostgreSQL head; each query is
 sanitized and routed once (fts/query.py, shared), then run on SQLite through FTS5 MATCH /
 LIKE and on PostgreSQL through the conditions the repository builds its statements
-from (``query_pg.PG_SEARCH``, ``dialect.like_nocase``). Membership must be equal; ranking
+from (``query_pg.SEARCH``, ``dialect.like_nocase``). Membership must be equal; ranking
 may differ.
 """
 
@@ -95,13 +95,13 @@ def _sqlite_ids(conn, plan: fq.SearchPlan, window: int) -> set[int]:
 
 
 def _pg_ids(conn, plan: fq.SearchPlan, window: int) -> set[int]:
-    # the conditions the repository's statements are built from (PG_SEARCH, like_nocase)
+    # the conditions the repository's statements are built from (SEARCH, like_nocase)
     def match(index, expression):
-        prepared = pq.PG_SEARCH.prepare(index, expression)
+        prepared = pq.SEARCH.prepare(index, expression)
         if prepared is None:
             return set()
         shape, values = prepared
-        condition = pq.PG_SEARCH.condition(index, M, shape)
+        condition = pq.SEARCH.condition(index, M, shape)
         return set(conn.execute(sa.select(M.c.id).where(condition), values).scalars())
 
     if plan.route == fq.ROUTE_LIKE:

@@ -296,7 +296,7 @@ def server_fts_problems(url: str) -> list[str]:
     row's trigram scope in step with its session), on a plain connection."""
     import sqlalchemy as sa
 
-    from hermes_store.backends.postgresql.fts.ddl import integrity_check
+    from hermes_store.backends.postgresql.fts.maintenance import integrity_check
 
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:

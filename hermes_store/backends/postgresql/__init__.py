@@ -1,18 +1,27 @@
 """The PostgreSQL backend: the shared engine for deployments that outgrow one file (D11–D14).
 
 Imported only when a PostgreSQL URL is used (a default install never imports psycopg).
-Its modules, each about one thing:
+Its modules, the same names as SQLite's for the same concerns (``docs/architecture.md``,
+"The two engines as one table"):
 
-    engine.py     the pooled engine, the checkout check, the begin hook, the driver check
-    codec.py      the NUL-safe text codec every connection carries
-    errors.py     psycopg's errors as the package's; what a write unit re-runs
-    locks.py      the write units' advisory lock, the migration lock
-    server.py     what the server must offer; "at head?" in two statements; VACUUM
-    fts/          the tsvector + pg_trgm layout (ddl) and its route (search)
-    migrate.py    the baseline at 0030, paired revisions, drift, the topic tables
-    constructs.py how the portable SQL constructs (``sql.constructs``) compile on PostgreSQL
+    engine.py         the pooled engine, the checkout check, the begin hook, the driver check
+    errors.py         psycopg's errors as the package's; what a write unit re-runs
+    constructs.py     how the portable SQL constructs (``sql.constructs``) compile here
     display_order.py  the display-order triggers as PL/pgSQL
-    copying.py    a PostgreSQL side of ``db copy`` (COPY, suspended keys, sequences)
+    copying.py        a PostgreSQL side of ``db copy`` (COPY, suspended keys, sequences)
+    fts/              the tsvector + pg_trgm layout (ddl), its route (search), its upkeep
+                      (maintenance)
+    migrate/          the baseline at 0030 (create), where a database stands (inspect),
+                      upgrades (commands), the Alembic env, drift (check), the topic
+                      tables (topics), "at head?" (head)
+
+and PostgreSQL's own:
+
+    codec.py          the NUL-safe text codec every connection carries
+    locks.py          the write units' advisory lock, the migration lock
+    outcome.py        what became of a unit whose COMMIT was in flight
+    server.py         what the server must offer; VACUUM
+    roles.py          the ``roles`` facet: grants for a runtime role
 
 Nothing here imports the SQLite backend.
 """
@@ -44,9 +53,9 @@ class PostgresqlBackend(Backend):
 
     @property
     def search(self):
-        from .fts.search import PG_SEARCH
+        from .fts.search import SEARCH
 
-        return PG_SEARCH
+        return SEARCH
 
     @property
     def migrations(self):
@@ -62,9 +71,9 @@ class PostgresqlBackend(Backend):
 
     @property
     def roles(self):
-        from . import roles
+        from .roles import ROLES
 
-        return roles
+        return ROLES
 
     # ------------------------------------------------------------------ location
 
@@ -81,11 +90,11 @@ class PostgresqlBackend(Backend):
     # ------------------------------------------------------------------ engines
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
-                   max_overflow=None) -> OpenedStore:
+                   max_overflow=None, journal_mode=None) -> OpenedStore:
         from ... import revisions
         from ...connections import autocommit, connections_for, reader
         from .engine import create_engine
-        from .server import stamped_at_head
+        from .migrate.head import stamped_at_head
 
         engine = create_engine(target, lock_timeout=retry.busy_timeout, read_only=read_only,
                                pool_size=pool_size, max_overflow=max_overflow)
@@ -93,7 +102,7 @@ class PostgresqlBackend(Backend):
             with _errors.pg_errors(target):
                 at_head = stamped_at_head(engine, revisions.head())
             if not at_head:
-                from .migrate import ensure_schema
+                from .migrate.commands import ensure_schema
 
                 ensure_schema(target, auto_upgrade=auto_upgrade, read_only=read_only)
         except BaseException:
@@ -208,24 +217,24 @@ class PostgresqlBackend(Backend):
         return [t for t in (FTS_TABLE, TRIGRAM_TABLE) if t in found]
 
     def rebuild_fts(self, conn, *, progress=None):
-        from .fts import ddl
+        from .fts import maintenance
 
-        return ddl.rebuild(conn, progress=progress)
+        return maintenance.rebuild(conn, progress=progress)
 
     def fts_integrity_check(self, conn):
-        from .fts import ddl
+        from .fts import maintenance
 
-        return ddl.integrity_check(conn)
+        return maintenance.integrity_check(conn)
 
-    def optimize_fts(self, conn, **options):
-        from .fts import ddl
+    def optimize_fts(self, conn):
+        from .fts import maintenance
 
-        return ddl.optimize(conn)
+        return maintenance.optimize(conn)
 
     def fts_sizes(self, conn):
-        from .fts import ddl
+        from .fts import maintenance
 
-        return ddl.fts_sizes(conn)
+        return maintenance.fts_sizes(conn)
 
     # ------------------------------------------------------------------ reporting
 

@@ -227,5 +227,22 @@ def runtime_findings(conn: sa.Connection, grant_hint: str) -> list[tuple[str, st
     return findings
 
 
-__all__ = ["Missing", "RoleError", "grant_runtime", "missing_runtime", "runtime_findings",
-           "runtime_roles"]
+class PostgresqlRoles:
+    """``Backend.roles`` of the PostgreSQL backend: who may use the database."""
+
+    RoleError = RoleError
+
+    def grant_runtime(self, conn: sa.Connection, role: str) -> dict:
+        return grant_runtime(conn, role)
+
+    def missing_runtime(self, conn: sa.Connection, role: str) -> Missing:
+        return missing_runtime(conn, role)
+
+    def runtime_findings(self, conn: sa.Connection, grant_hint: str) -> list[tuple[str, str]]:
+        return runtime_findings(conn, grant_hint)
+
+
+ROLES = PostgresqlRoles()
+
+__all__ = ["ROLES", "Missing", "PostgresqlRoles", "RoleError", "grant_runtime",
+           "missing_runtime", "runtime_findings", "runtime_roles"]

@@ -1,9 +1,8 @@
 """What the store needs of a PostgreSQL server, and the checks and upkeep that ask it.
 
 ``check_server(conn, target)`` refuses a server the store cannot run on (PostgreSQL < 15,
-a non-UTF8 database, no ``pg_trgm``) with what to do; ``stamped_at_head`` answers "is
-the schema at head?" in two statements, without Alembic; ``vacuum`` is PostgreSQL's
-counterpart of SQLite's ``VACUUM``.
+a non-UTF8 database, no ``pg_trgm``) with what to do; ``vacuum`` is PostgreSQL's
+counterpart of SQLite's ``VACUUM``. ("Is the schema at head?" is ``migrate/head.py``.)
 """
 
 from __future__ import annotations
@@ -48,23 +47,6 @@ def check_server(conn: sa.Connection, target: Target) -> None:
         )
 
 
-def stamped_at_head(engine: Engine, head: str) -> bool:
-    """True when the database's ``alembic_version`` holds the head and
-    ``schema_version`` its number: the usual open, answered in two statements without
-    Alembic. Anything else (no tables, another revision) is False, for
-    ``migrate_pg`` to judge; connection errors propagate."""
-    with engine.connect() as conn:
-        conn = conn.execution_options(**{BEGIN_MODE: None})
-        try:
-            stamps = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-            versions = conn.exec_driver_sql("SELECT version FROM schema_version").all()
-        except sa.exc.ProgrammingError:  # a table is missing: not a store at head
-            conn.rollback()
-            return False
-    return [tuple(r) for r in stamps] == [(head,)] and \
-        [tuple(r) for r in versions] == [(int(head),)]
-
-
 def vacuum(engine: Engine, tables) -> None:
     """PostgreSQL's counterpart of SQLite's ``VACUUM``: ``VACUUM (ANALYZE)`` of the
     store's tables (dead rows become reusable space, the planner's statistics are
@@ -75,5 +57,4 @@ def vacuum(engine: Engine, tables) -> None:
         conn.execution_options(**{BEGIN_MODE: None}).exec_driver_sql(f"VACUUM (ANALYZE) {names}")
 
 
-__all__ = ["MIN_SERVER_VERSION", "REQUIRED_EXTENSIONS", "check_server", "stamped_at_head",
-           "vacuum"]
+__all__ = ["MIN_SERVER_VERSION", "REQUIRED_EXTENSIONS", "check_server", "vacuum"]

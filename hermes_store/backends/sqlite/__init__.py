@@ -1,22 +1,27 @@
 """The SQLite backend: a state.db file (the embedded default, decisions D8, D10).
 
-Its modules, each about one thing:
+Its modules, the same names as PostgreSQL's for the same concerns (``docs/architecture.md``,
+"The two engines as one table"):
 
-    engine.py     the engine factory, pragmas, the begin hook, checkpoints, VACUUM
-    errors.py     SQLite's result codes as the package's errors; what is "busy"
-    files.py      a file before it is opened: symlinks, mode bits, the read-only probe
-    fileops.py    creating a file owner-only; the lock schema changes of a file take;
-                  copies and digests of a live file, made by a child process
-    uri.py        a path as a SQLAlchemy URL and a SQLite URI filename (any character)
-    create.py     a new file at head in one step (head_schema.py: the head's DDL, frozen)
-    stamp.py      "is the file at head?" without Alembic
-    fts/          the FTS5 layout (ddl), its MATCH route (search), its upkeep (maintenance)
-    migrate/      adoption of upstream files, the revisions' env, drift, topic tables
-    constructs.py how the portable SQL constructs (``sql.constructs``) compile on SQLite
+    engine.py         the engine factory, pragmas, the begin hook, checkpoints, VACUUM
+    errors.py         SQLite's result codes as the package's errors; what is "busy"
+    constructs.py     how the portable SQL constructs (``sql.constructs``) compile here
     display_order.py  the display-order triggers
-    copying.py    a SQLite side of ``db copy``
-    repair.py     healing duplicated FTS schema rows (upstream #43149)
-    recovery.py   salvaging a damaged file; backup.py: online backup, file health
+    copying.py        a SQLite side of ``db copy``
+    fts/              the FTS5 layout (ddl), its MATCH route (search), its upkeep
+                      (maintenance)
+    migrate/          a new file at head in one step (create, head_schema), where a file
+                      stands (inspect), upgrades (commands), the revisions' env, drift
+                      (check), the topic tables (topics), "at head?" (head), and
+                      adopting upstream files (adopt)
+
+and SQLite's own:
+
+    library.py        which sqlite3 the store runs on (one per process, D19)
+    files/            the ``files`` facet: a file before it is opened (probe), owner-only
+                      creation and the schema lock (ops), its filesystem, its identity,
+                      its journal mode, its name as a URL/URI (uri), online backup,
+                      recovery of a damaged file, repair of duplicated FTS schema rows
 
 Only ``backends.get("sqlite")`` creates :data:`BACKEND`; nothing here imports the
 PostgreSQL backend.
@@ -50,9 +55,9 @@ class SQLiteBackend(Backend):
 
     @property
     def search(self):
-        from .fts.search import FTS5_SEARCH
+        from .fts.search import SEARCH
 
-        return FTS5_SEARCH
+        return SEARCH
 
     @property
     def migrations(self):
@@ -220,10 +225,10 @@ class SQLiteBackend(Backend):
 
         return maintenance.integrity_check(conn)
 
-    def optimize_fts(self, conn, **options):
+    def optimize_fts(self, conn):
         from .fts import maintenance
 
-        return maintenance.optimize(conn, **options)
+        return maintenance.optimize(conn)
 
     def fts_sizes(self, conn):
         from .fts import maintenance
@@ -249,10 +254,6 @@ class SQLiteBackend(Backend):
         wal = Path(f"{target.path}-wal")
         return wal.stat().st_size if wal.exists() else 0
 
-    def health(self, target, conn=None, *, quick: bool = False):
-        from .files.backup import file_health
-
-        return file_health(target.path, quick=quick)
 
 
 BACKEND = SQLiteBackend()

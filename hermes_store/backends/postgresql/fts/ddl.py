@@ -54,7 +54,6 @@ PostgreSQL backend's ``*_fts`` (``hermes_store.fts.maintenance`` on this engine)
 
 from __future__ import annotations
 
-import logging
 
 from sqlalchemy.engine import Connection
 
@@ -64,9 +63,7 @@ from ....fts.layout import (
     TRIGRAM_EXCLUDED_SOURCES,
     TRIGRAM_TABLE,
 )
-from ...base import ProgressCallback
 
-log = logging.getLogger(__name__)
 
 #: text search configuration of the word index (no stemming, like unicode61)
 TS_CONFIG = "simple"
@@ -217,7 +214,7 @@ WHERE {TRIGRAM_SCOPE_COLUMN}""",
 
 #: the trigram scope of one message row, as SQL over ``messages`` (alias ``m``) — what
 #: the triggers maintain; ``rebuild`` and ``integrity_check`` recompute it
-_SCOPE_OF_ROW = (
+SCOPE_OF_ROW = (
     f"(m.role <> 'tool' AND EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = m.session_id "
     f"AND {SESSION_OK_FUNCTION}(s.source, s.model_config)))"
 )
@@ -241,13 +238,13 @@ def create_fts(conn: Connection, *, indexes: bool = True) -> None:
     conn.exec_driver_sql(f"CREATE EXTENSION IF NOT EXISTS {EXTENSION}")
     for ddl in FUNCTIONS.values():
         conn.exec_driver_sql(ddl)
-    had_scope = _has_column(conn, TRIGRAM_SCOPE_COLUMN)
+    had_scope = has_column(conn, TRIGRAM_SCOPE_COLUMN)
     for ddl in COLUMNS.values():
         conn.exec_driver_sql(ddl)
     for ddl in TRIGGERS.values():
         conn.exec_driver_sql(ddl)
     if not had_scope:
-        _refresh_scope(conn)
+        refresh_scope(conn)
     if indexes:
         create_indexes(conn)
 
@@ -273,123 +270,29 @@ def drop_fts(conn: Connection) -> None:
         conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {name} CASCADE")
 
 
-def _has_column(conn: Connection, column: str) -> bool:
+def has_column(conn: Connection, column: str) -> bool:
     return conn.exec_driver_sql(
         "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
         "AND table_name = 'messages' AND column_name = %(c)s", {"c": column},
     ).first() is not None
 
 
-def _refresh_scope(conn: Connection) -> int:
+def refresh_scope(conn: Connection) -> int:
     """Set every row's trigram-scope flag from its session; returns the rows changed."""
     return conn.exec_driver_sql(
-        f"UPDATE messages AS m SET {TRIGRAM_SCOPE_COLUMN} = {_SCOPE_OF_ROW} "
-        f"WHERE m.{TRIGRAM_SCOPE_COLUMN} IS DISTINCT FROM {_SCOPE_OF_ROW}"
+        f"UPDATE messages AS m SET {TRIGRAM_SCOPE_COLUMN} = {SCOPE_OF_ROW} "
+        f"WHERE m.{TRIGRAM_SCOPE_COLUMN} IS DISTINCT FROM {SCOPE_OF_ROW}"
     ).rowcount
 
 
 # --------------------------------------------------------------------------- upkeep
 
-#: ``progress(index, done, total)`` after each index is rebuilt (as fts.maintenance)
-_REBUILD_HINT = "rebuild the full-text index (hermes_store.fts.maintenance.rebuild)"
-
-
-def rebuild(conn: Connection, *, progress: ProgressCallback | None = None) -> list[str]:
-    """PostgreSQL's counterpart of FTS5 ``'rebuild'``: re-create missing objects,
-    re-derive the trigram scope of every row, ``REINDEX`` both indexes.
-
-    The word column needs no re-derivation: PostgreSQL computes it on every write of
-    its source columns. ``REINDEX`` takes a lock that blocks writes to ``messages``
-    while it runs (use ``REINDEX … CONCURRENTLY`` by hand for a live server).
-    """
-    create_fts(conn)
-    _refresh_scope(conn)
-    for done, name in enumerate(FTS_INDEXES, start=1):
-        conn.exec_driver_sql(f"REINDEX INDEX {name}")
-        if progress is not None:
-            progress(name, done, len(FTS_INDEXES))
-    return list(FTS_INDEXES)
-
-
-def integrity_check(conn: Connection) -> list[str]:
-    """Problems, empty when all is well: missing or invalid objects
-    (:func:`layout_problems`), trigram-scope flags out of step with their sessions."""
-    problems = layout_problems(conn)
-    if _has_column(conn, TRIGRAM_SCOPE_COLUMN):
-        wrong = conn.exec_driver_sql(
-            f"SELECT count(*) FROM messages AS m "
-            f"WHERE m.{TRIGRAM_SCOPE_COLUMN} IS DISTINCT FROM {_SCOPE_OF_ROW}"
-        ).scalar()
-        if wrong:
-            problems.append(
-                f"{TRIGRAM_INDEX}: {wrong} message(s) with a wrong trigram scope; {_REBUILD_HINT}"
-            )
-    return problems
-
-
-def layout_problems(conn: Connection) -> list[str]:
-    """The layout's objects that are missing or invalid — its columns, both indexes,
-    its triggers — read from the catalog alone (``db check`` reports them as drift;
-    the ordinary comparison leaves the layout out)."""
-    problems: list[str] = []
-    columns = {c for c in FTS_COLUMNS if _has_column(conn, c)}
-    for column in FTS_COLUMNS:
-        if column not in columns:
-            problems.append(f"messages.{column}: missing; {_REBUILD_HINT}")
-    indexes = dict(conn.exec_driver_sql(
-        "SELECT c.relname, i.indisvalid FROM pg_index AS i "
-        "JOIN pg_class AS c ON c.oid = i.indexrelid "
-        "JOIN pg_namespace AS n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = current_schema() AND c.relname = ANY(%(names)s)",
-        {"names": list(FTS_INDEXES)},
-    ).all())
-    for name in FTS_INDEXES:
-        if name not in indexes:
-            problems.append(f"{name}: missing; {_REBUILD_HINT}")
-        elif not indexes[name]:
-            problems.append(f"{name}: invalid (an interrupted build); {_REBUILD_HINT}")
-    triggers = set(conn.exec_driver_sql(
-        "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY(%(names)s)",
-        {"names": list(FTS_TRIGGERS)},
-    ).scalars())
-    missing = [t for t in FTS_TRIGGERS if t not in triggers]
-    if missing:
-        problems.append(
-            f"triggers missing ({', '.join(missing)}): the trigram scope of new messages is "
-            f"not kept; {_REBUILD_HINT}"
-        )
-    return problems
-
-
-def optimize(conn: Connection) -> bool:
-    """Counterpart of FTS5's bounded merge: move both GIN indexes' pending lists
-    (entries buffered by ``fastupdate``) into the main index and refresh the planner's
-    statistics of ``messages``. Always finishes in one call (returns True)."""
-    for name in FTS_INDEXES:
-        if conn.exec_driver_sql("SELECT to_regclass(%(n)s)", {"n": name}).scalar():
-            conn.exec_driver_sql("SELECT gin_clean_pending_list(%(n)s::regclass)", {"n": name})
-    conn.exec_driver_sql("ANALYZE messages")
-    return True
-
-
-def fts_sizes(conn: Connection) -> dict[str, int]:
-    """Bytes per index: the GIN index, plus the stored ``tsvector`` column for the
-    word index (what FTS5 keeps in its shadow tables)."""
-    sizes: dict[str, int] = {}
-    for name in FTS_INDEXES:
-        size = conn.exec_driver_sql(
-            "SELECT pg_relation_size(to_regclass(%(n)s))", {"n": name}
-        ).scalar()
-        if size is not None:
-            sizes[name] = int(size)
-    if WORD_INDEX in sizes and _has_column(conn, DOCUMENT_COLUMN):
-        sizes[WORD_INDEX] += int(conn.exec_driver_sql(
-            f"SELECT coalesce(sum(pg_column_size({DOCUMENT_COLUMN})), 0) FROM messages"
-        ).scalar())
-    return sizes
 
 
 __all__ = [
+    "SCOPE_OF_ROW",
+    "has_column",
+    "refresh_scope",
     "DOCUMENT_COLUMN",
     "EXTENSION",
     "FTS_COLUMNS",

@@ -18,7 +18,7 @@ expressed in SQL:
     SQLite's; ``ts_headline`` cost the server ~0.03 ms a row and marked what *its*
     parser saw: ``chat-send`` as two marks).
 ``ROUTE_TRIGRAM`` (substrings, CJK)
-    ``PgSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
+    ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
     of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
     rules, restricted to the index's scope (``fts_trigram_scope``) — the shape
     ``messages_fts_trigram`` serves.
@@ -29,8 +29,8 @@ expressed in SQL:
 Every function takes the ``messages`` table (or an alias of it) whose row is searched,
 and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
 
-:data:`PG_SEARCH` (a :class:`PgSearch`) packs these pieces behind the interface of
-``backends.base.SearchRoute`` (SQLite's is ``Fts5Search``), which the repository asks
+:data:`SEARCH` (a :class:`PostgresqlSearch`) packs these pieces behind the interface of
+``backends.base.SearchRoute`` (SQLite's is ``SQLiteSearch``), which the repository asks
 its backend for (``Backend.search``): the
 word route binds the tsquery text as one parameter; the trigram route's statement has
 one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
@@ -322,7 +322,7 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
 _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
 
 
-class PgSearch(SearchRoute):
+class PostgresqlSearch(SearchRoute):
     """How a full-text route is written on PostgreSQL (``backends.base.SearchRoute``): the indexes live on ``messages`` itself, so a route's
     source is ``messages`` and its row id ``messages.id``."""
 
@@ -423,12 +423,12 @@ class PgSearch(SearchRoute):
         return substring_snippet((row["content"], row["tool_name"]), terms)
 
 
-PG_SEARCH = PgSearch()
+SEARCH = PostgresqlSearch()
 
 
 __all__ = [
-    "PG_SEARCH",
-    "PgSearch",
+    "SEARCH",
+    "PostgresqlSearch",
     "available_indexes",
     "document",
     "matches",

@@ -1,6 +1,6 @@
 """The full-text route on SQLite: FTS5 tables joined to ``messages`` by rowid.
 
-``FTS5_SEARCH`` is ``Backend.search`` of the SQLite backend: ``MATCH`` on the sanitized
+``SEARCH`` is ``Backend.search`` of the SQLite backend: ``MATCH`` on the sanitized
 expression (``hermes_store.fts.query``), FTS5's BM25 ``rank`` and ``snippet()``; the SQL
 pieces (``fts_source``, ``match``, ``rank``, ``snippet``, ``available_indexes``) are public
 for tests and tools.
@@ -63,13 +63,13 @@ def snippet(index: str) -> sa.ColumnElement[str]:
 
 
 
-class Fts5Search(SearchRoute):
+class SQLiteSearch(SearchRoute):
     """How a full-text route is written on SQLite: the FTS5 table joined to
     ``messages`` by rowid, ``MATCH`` on the sanitized expression, FTS5's BM25 ``rank``
     (best first is ``ORDER BY rank`` alone: FTS5 then hands rows over in that order and
     ``snippet()`` runs for the returned page only) and ``snippet()``.
 
-    The interface is ``backends.base.SearchRoute`` (PostgreSQL's ``PgSearch`` has the
+    The interface is ``backends.base.SearchRoute`` (PostgreSQL's ``PostgresqlSearch`` has the
     same).
     """
 
@@ -121,12 +121,12 @@ class Fts5Search(SearchRoute):
         raise NotImplementedError("FTS5 writes its snippets in SQL")  # pragma: no cover
 
 
-FTS5_SEARCH = Fts5Search()
+SEARCH = SQLiteSearch()
 
 
 __all__ = [
-    "FTS5_SEARCH",
-    "Fts5Search",
+    "SEARCH",
+    "SQLiteSearch",
     "PRESENT_INDEXES",
     "PRESENT_INDEXES_VALUES",
     "available_indexes",

@@ -1,0 +1,31 @@
+"""The PostgreSQL head in one step: the baseline a new database starts at (``0030``),
+from the frozen ``migrations/pg_baseline.py``, or the live definitions (:func:`create_head`)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+BASELINE = "0030"
+
+
+
+
+def create_head(conn: sa.Connection) -> None:
+    """The head schema from the live definitions, on an empty database (inside the
+    caller's transaction). While the head is the baseline this equals
+    ``pg_baseline.create`` (tested); later it is what the baseline plus the revisions
+    after it must give."""
+    from .... import schema
+    from .. import display_order
+    from ..fts import ddl as fts_ddl
+
+    schema.metadata.create_all(conn)
+    fts_ddl.create_fts(conn)
+    display_order.create_display_triggers(conn)
+    conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
+
+
+def baseline_module():
+    from ....migrations import pg_baseline
+
+    return pg_baseline
