@@ -47,16 +47,18 @@ from .policy import RetryPolicy
 
 __version__ = "0.1.0"
 
-def use_sqlite_library(name: str) -> None:
+
+def use_sqlite_library(name: str, *, why: str = "") -> None:
     """Run this process's SQLite stores on ``name``: ``"sqlite3"`` (the standard
     library's, the default) or ``"pysqlite3"`` (the extra ``hermes_store[pysqlite3]``,
     SQLite 3.53.4). Call it before the first store opens; it wins over
     ``HERMES_STATE_SQLITE_MODULE``. Choose ``pysqlite3`` only for a process that opens
     ``state.db`` through the store alone: a second copy of SQLite beside the standard
-    library's drops the other's file locks (docs/operations.md, "Which SQLite")."""
+    library's drops the other's file locks (docs/operations.md, "Which SQLite"). ``why``
+    is logged when the choice overrides the environment."""
     from .backends.sqlite.library import use
 
-    use(name)
+    use(name, why=why)
 
 
 __all__ = [

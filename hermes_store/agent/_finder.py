@@ -50,14 +50,15 @@ class _AliasLoader:
         # itself (doctor, backup, the gateway's readiness check) and hands sqlite3
         # classes to our connection, so the store runs on that library here too — one
         # SQLite per process (backends/sqlite/library.py, docs/operations.md).
-        from hermes_store.backends.sqlite import library
-        from hermes_store.errors import SQLiteLibraryError
+        import logging
+
+        from hermes_store import SQLiteLibraryError, use_sqlite_library
 
         try:
-            library.use("sqlite3", why="hermes-agent opens state.db with the standard "
-                                       "library's sqlite3")
+            use_sqlite_library("sqlite3", why="hermes-agent opens state.db with the "
+                                              "standard library's sqlite3")
         except SQLiteLibraryError as exc:  # a store of this process opened first
-            library.log.warning("%s", exc)
+            logging.getLogger("hermes_store.agent").warning("%s", exc)
         return importlib.import_module(TARGET)
 
     def exec_module(self, module):

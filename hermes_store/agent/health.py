@@ -130,14 +130,20 @@ def _write_probe(path: Path) -> str | None:
         conn.close()
 
 
+def _files():
+    """The SQLite backend's ``files`` facet: these functions open a file by its path,
+    as upstream's do (the opening path resolves the backend)."""
+    from ..backends.base import get
+
+    return get("sqlite").files
+
+
 def _file_check(path: Path) -> tuple[str, str | None]:
     """(stage, reason): reason None when healthy; stage says which check failed."""
-    from ..backends.sqlite.files.backup import file_health
-    from ..backends.sqlite.files.probe import probe_database
-
+    files = _files()
     try:
-        probe_database(path)
-        problems = [p for p in file_health(path).integrity if p.lower() != "ok"]
+        files.probe(path)
+        problems = [p for p in files.health(path).integrity if p.lower() != "ok"]
     except (E.HermesStoreError, sqlite3.DatabaseError) as exc:
         return "probe", str(exc)
     if problems:
@@ -157,17 +163,14 @@ def _report(**kw) -> dict[str, Any]:
 
 
 def _backup_beside(path: Path) -> Path:
-    from ..backends.sqlite.files.backup import backup
-
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     dest = path.with_name(f"{path.name}.repair-backup-{stamp}")
-    backup(path, dest)
+    _files().backup(path, dest)
     return dest
 
 
 def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
-    from ..backends.sqlite.files import repair as file_repair
-
+    file_repair = _files()
     if not path.exists():
         return _report(error=f"{path} does not exist")
     stage, reason = _file_check(path)

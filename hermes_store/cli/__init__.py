@@ -68,12 +68,10 @@ def _root(
     ] = None,
 ) -> None:
     if journal_mode is not None:
-        import os
-
-        from ..backends.sqlite.files import journal
+        from ..backends.base import get
 
         # The CLI owns its process: the setting reaches every store the command opens.
-        os.environ[journal.ENV] = journal.normalize(journal_mode, source="--journal-mode")
+        get("sqlite").files.choose_journal_mode(journal_mode, source="--journal-mode")
     # Kept as typed: resolved on first use (common.State.target), never made a Path here.
     ctx.obj = State(given=db_given, json=json_mode)
 

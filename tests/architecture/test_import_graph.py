@@ -226,6 +226,7 @@ OPENING_PATHS = (
     "hermes_store.migrations.telegram_topics.env",
     "hermes_store.dbcopy.sides",                    # db copy opens both sides
     "hermes_store.transfer.formats",                # export/import of a path or URL
+    "hermes_store.agent.health",                    # upstream's repair/probe of a path
     "hermes_store.cli",                             # the CLI resolves --db once
 )
 REGISTRY = "hermes_store.backends.base"

@@ -9,6 +9,30 @@ from __future__ import annotations
 
 
 class SQLiteFiles:
+    """``Backend.files`` of the SQLite backend."""
+
+    def probe(self, path) -> None:
+        """Raise the package's error when ``path`` cannot be opened as a store (not a
+        database, damaged, too new…), reading it through SQLite only."""
+        from .probe import probe_database
+
+        probe_database(path)
+
+    def diagnose(self, path):
+        """What ``repair`` would do for ``path`` (``repair.Diagnosis``: ``healable``…)."""
+        from .repair import diagnose
+
+        return diagnose(path)
+
+    def choose_journal_mode(self, mode: str, *, source: str = "journal_mode") -> None:
+        """Every store this process opens from now on takes journal mode ``mode``
+        ("wal" or "delete"; ``HERMES_STATE_JOURNAL_MODE``); a bad value is refused."""
+        import os
+
+        from .journal import ENV, normalize
+
+        os.environ[ENV] = normalize(mode, source=source)
+
     def backup(self, source, dest, **options):
         from .backup import backup
 
