@@ -332,7 +332,7 @@ class PostgresqlSearch(SearchRoute):
     #: are evaluated on the rows when an index is missing)
     falls_back_to_like = False
     #: the matches are sorted by rank here: pick the page from (id, rank) first, read
-    #: its rows after (``repository.search._ranked``)
+    #: its rows after (``repository.search_statements.ranked``)
     page_first = True
     present_indexes = _PRESENT
     present_indexes_values = {"a": WORD_INDEX, "b": TRIGRAM_INDEX}
@@ -341,10 +341,10 @@ class PostgresqlSearch(SearchRoute):
     #: the layer's columns or functions the statement fails (``search_layer_missing``)
     keeps_present_indexes = True
     #: the page's LIMIT is written in, so the generic plan is kept
-    #: (``repository.search._page_size``)
+    #: (``repository.search_statements.written_page_size``)
     page_size_in_sql = True
     #: each hit's neighbours as LATERAL subqueries of their rows
-    #: (``repository.search._context``)
+    #: (``repository.search_statements._context``)
     lateral_context = True
 
     def search_layer_missing(self, exc: BaseException) -> bool:

@@ -77,7 +77,7 @@ class SQLiteSearch(SearchRoute):
     #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
     falls_back_to_like = True
     #: FTS5 hands matches over best first: the page is read in one pass (see
-    #: ``repository.search._ranked``)
+    #: ``repository.search_statements.ranked``)
     page_first = False
     present_indexes = PRESENT_INDEXES
     present_indexes_values = PRESENT_INDEXES_VALUES
@@ -86,7 +86,7 @@ class SQLiteSearch(SearchRoute):
     #: scan (and asking costs microseconds)
     keeps_present_indexes = False
     #: whether a best-first page's LIMIT is written into the statement
-    #: (``repository.search._page_size``); here it is bound
+    #: (``repository.search_statements.written_page_size``); here it is bound
     page_size_in_sql = False
 
     def search_layer_missing(self, exc: BaseException) -> bool:
