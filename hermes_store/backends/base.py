@@ -474,7 +474,8 @@ class Migrations:
     def schema_version_of(self, target: StoreTarget) -> int | None:
         raise NotImplementedError
 
-    def upgrade(self, target: StoreTarget, revision: str, *, progress=None) -> str | None:
+    def upgrade(self, target: StoreTarget, revision: str = "head", *,
+                progress=None) -> str | None:
         raise NotImplementedError
 
     def downgrade(self, target: StoreTarget, revision: str) -> str | None:
