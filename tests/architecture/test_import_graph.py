@@ -25,17 +25,17 @@ SOURCES = {"hermes_store": ROOT / "hermes_store", "hermes_store.migrations": ROO
 #: Keep in step with docs/architecture.md, "Layers".
 LAYERS = [
     ("foundation", ["hermes_store.errors", "hermes_store.paths", "hermes_store.patterns",
-                    "hermes_store.policy",
-                    "hermes_store.revisions",
+                    "hermes_store.policy", "hermes_store.revisions",
                     "hermes_store.location", "hermes_store.schema", "hermes_store.telegram_schema",
                     "=hermes_store.fts", "hermes_store.fts.layout", "hermes_store.fts.query",
                     "hermes_store.fts.snippet",
                     "hermes_store.startup",
-                    "hermes_store.backends", "hermes_store.backends.base",
                     "=hermes_store.migrations", "=hermes_store.migrations.telegram_topics",
                     "hermes_store.migrations.helpers", "hermes_store.migrations.fts_history",
                     "hermes_store.migrations.pg_baseline", "hermes_store.migrations.versions",
                     "hermes_store.migrations.telegram_topics.versions"]),
+    # the interface, its contract constants and the registry (decision D21)
+    ("interface", ["=hermes_store.backends", "hermes_store.backends.base"]),
     ("engine core", ["hermes_store.driver", "hermes_store.connections", "hermes_store.units",
                      "hermes_store.unit_locks",
                      "hermes_store.display_order", "hermes_store.sql",
