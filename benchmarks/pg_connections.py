@@ -1,4 +1,4 @@
-"""How a PostgreSQL store should get its connections: held per thread, or checked out of
+"""How a PostgreSQL store should get its connections: kept per thread, or checked out of
 the pool per unit and per read (with or without SQLAlchemy's pre-ping)?
 
     python3 benchmarks/pg_connections.py [--rounds 5] [--calls 300] [--url postgresql+psycopg://…]
@@ -8,12 +8,12 @@ to create a scratch database beside, builds one store at head (200 sessions, one
 messages) and times, per variant, the hot calls of ``benchmarks/bench_read.py`` and
 ``append_message`` (p50 per call over ``--calls`` calls, median of ``--rounds`` rounds):
 
-* ``pooled`` — what ships (``pg_backend.HOLD_CONNECTIONS = False``): each checkout looks
+* ``pooled`` — what ships (``pg_backend.KEEP_CONNECTIONS = False``): each checkout looks
   at the socket for a session the server ended, and pings only a connection idle for
   ``postgres.PING_AFTER_IDLE`` seconds (``postgres._check_on_checkout``);
 * ``pooled + pre-ping`` — the same plus SQLAlchemy's pre-ping, a ``SELECT 1`` round
   trip at every checkout (what shipped before);
-* ``held`` — ``engine.HeldConnections`` as on SQLite (a reader, a writer and an
+* ``held`` — ``engine.KeptConnections`` as on SQLite (a reader, a writer and an
   autocommit connection per thread, kept).
 
 It also counts the server connections a store has open while 4 threads that each made
@@ -44,7 +44,7 @@ VARIANTS = {
 
 
 def configure(hold: bool, pre_ping: bool, original=postgres.create_engine) -> None:
-    pg_backend.HOLD_CONNECTIONS = hold
+    pg_backend.KEEP_CONNECTIONS = hold
     postgres.create_engine = functools.partial(original, pool_pre_ping=pre_ping)
 
 

@@ -8,7 +8,7 @@ each backend's begin hook turns it into its engine's BEGIN (decisions D8, D13):
 * ``None`` — no transaction at all (checkpoints, VACUUM, a single autocommit statement).
 
 :func:`writer`, :func:`reader` and :func:`autocommit` are the same engine with that option
-set. :class:`HeldConnections` keeps one connection per thread checked out for a store's
+set. :class:`KeptConnections` keeps one connection per thread checked out for a store's
 lifetime (SQLite: a checkout, reset and check-in per call cost more than a small read);
 :class:`PooledConnections` checks one out per unit or read (PostgreSQL).
 """
@@ -57,7 +57,7 @@ def begin_statement(conn: sa.Connection) -> str | None:
 
 
 class transaction:
-    """One transaction on a held connection: a write unit (``writer`` connections) or a
+    """One transaction on a kept connection: a write unit (``writer`` connections) or a
     read snapshot (``reader``). ``with transaction(conn):`` commits when the block ends
     and rolls back when it raises.
 
@@ -120,7 +120,7 @@ class transaction:
 
 
 def end_failed_transaction(conn: sa.Connection) -> None:
-    """Leave a held connection outside any transaction after a unit failed (a failed
+    """Leave a kept connection outside any transaction after a unit failed (a failed
     COMMIT can leave SQLAlchemy's or the driver's transaction open), so the next unit
     can BEGIN on it."""
     try:
@@ -131,10 +131,10 @@ def end_failed_transaction(conn: sa.Connection) -> None:
         log.warning("rolling back a failed write unit did not complete: %s", exc)
 
 
-# --------------------------------------------------------------------------- held connections
+# --------------------------------------------------------------------------- kept connections
 
 class _Slot:
-    """A thread's entry in a ``HeldConnections``; dropped with the thread's locals."""
+    """A thread's entry in a ``KeptConnections``; dropped with the thread's locals."""
 
     __slots__ = ("conn", "__weakref__")
 
@@ -142,12 +142,12 @@ class _Slot:
         self.conn = conn
 
 
-class HeldConnections:
+class KeptConnections:
     """One connection per thread, checked out of the engine once and kept.
 
     A checkout, a reset and a check-in per call cost more than a small read, so each
     thread keeps its own connection (threads never share one, so never a transaction).
-    Connections come from the engine, so the connect hook's settings apply. Every held
+    Connections come from the engine, so the connect hook's settings apply. Every kept
     connection is in a registry: ``close()`` releases all of them, whatever thread holds
     them, and a thread that ends releases its own (its locals are dropped, which fires a
     finalizer), so short-lived threads do not leak connections.
@@ -159,7 +159,7 @@ class HeldConnections:
         self.label = engine.url.database if label is None else label
         self._local = threading.local()
         # key -> connection / finalizer: plain dicts the finalizers reach without `self`
-        self._held: dict[int, sa.Connection] = {}
+        self._kept: dict[int, sa.Connection] = {}
         self._finalizers: dict[int, weakref.finalize] = {}
         self._keys = itertools.count()
         # reentrant: a finalizer may fire (garbage collection) while this thread holds it
@@ -167,7 +167,7 @@ class HeldConnections:
         self._closed = False
 
     #: the doors use ``get()`` (kept) rather than ``checkout()`` (``PooledConnections``)
-    held = True
+    kept = True
 
     def get(self) -> sa.Connection:
         """This thread's connection (checked out on first use)."""
@@ -184,33 +184,33 @@ class HeldConnections:
                 raise StoreClosedError(self.label)
             conn = self._engine.connect()
             slot, key = _Slot(conn), next(self._keys)
-            self._held[key] = conn
+            self._kept[key] = conn
             self._finalizers[key] = weakref.finalize(
-                slot, _release_held, self._held, self._finalizers, self._lock, key
+                slot, _release_kept, self._kept, self._finalizers, self._lock, key
             )
             self._local.slot = slot
         return conn
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._kept)
 
     def close(self) -> None:
         """Release every thread's connection; ``get`` raises ``StoreClosedError`` after."""
         with self._lock:
             self._closed = True
-            held = list(self._held.values())
+            kept = list(self._kept.values())
             finalizers = list(self._finalizers.values())
-            self._held.clear()
+            self._kept.clear()
             self._finalizers.clear()
         for fin in finalizers:
             fin.detach()
-        for conn in held:
+        for conn in kept:
             _close_quietly(conn)
 
 
-def _release_held(held: dict, finalizers: dict, lock, key: int) -> None:
+def _release_kept(kept: dict, finalizers: dict, lock, key: int) -> None:
     with lock:
-        conn = held.pop(key, None)
+        conn = kept.pop(key, None)
         finalizers.pop(key, None)
     if conn is not None:
         _close_quietly(conn)
@@ -220,20 +220,20 @@ def _close_quietly(conn: sa.Connection) -> None:
     try:
         conn.close()
     except Exception as exc:  # a connection of a thread that died mid-call
-        log.debug("closing a held connection failed: %s", exc)
+        log.debug("closing a kept connection failed: %s", exc)
 
 
 class PooledConnections:
     """A connection checked out of the engine's pool for one unit or one read, and
     returned right after (PostgreSQL; see docs/postgres.md, "Connections").
 
-    The same role as ``HeldConnections`` (``held`` tells the doors which one they
+    The same role as ``KeptConnections`` (``kept`` tells the access methods which one they
     have): every checkout passes the engine's checkout check, so a connection the
     server dropped (a restart, an idle timeout) is replaced between units instead of
     failing the next one, and a process holds only the connections it is using.
     """
 
-    held = False
+    kept = False
 
     def __init__(self, engine: Engine, label: object = None) -> None:
         self._engine = engine
@@ -255,15 +255,15 @@ class PooledConnections:
         self._closed = True
 
 
-def connections_for(engine: Engine, held: bool,
-                    label: object = None) -> HeldConnections | PooledConnections:
-    """Held (one per thread, kept) or pooled (one per call) connections of ``engine``."""
-    return HeldConnections(engine, label) if held else PooledConnections(engine, label)
+def connections_for(engine: Engine, kept: bool,
+                    label: object = None) -> KeptConnections | PooledConnections:
+    """Kept (one per thread) or pooled (one per call) connections of ``engine``."""
+    return KeptConnections(engine, label) if kept else PooledConnections(engine, label)
 
 
 __all__ = [
     "BEGIN_MODE",
-    "HeldConnections",
+    "KeptConnections",
     "PooledConnections",
     "autocommit",
     "begin_statement",

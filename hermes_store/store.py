@@ -179,7 +179,7 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
             # read it: moved while this store's connections still prove it theirs.
             units.guard.settle()
         try:
-            self._release_connections()  # every thread's held connections
+            self._release_connections()  # every thread's kept connections
         finally:
             self._engine = None
             self._units = None

@@ -106,8 +106,8 @@ class WriteUnits:
     result is returned; aborted — it is re-run; otherwise it is an unknown outcome,
     raised as ``CommitOutcomeUnknownError`` and never retried.
 
-    The backend decides the rest. SQLite (``backend.holds_connections`` and
-    ``serializes_units``): each thread runs its units on its own held writer connection,
+    The backend decides the rest. SQLite (``backend.keeps_connections`` and
+    ``serializes_units``): each thread runs its units on its own kept writer connection,
     one unit at a time per instance (threads of one process queue on a lock instead of
     spinning in SQLite's busy handler); every unit begins with ``BEGIN IMMEDIATE``, and
     every ``checkpoint_every`` commits a checkpoint runs (under the writer lock). PostgreSQL: each unit
@@ -125,7 +125,7 @@ class WriteUnits:
         #: ``OpenedStore.guard``: checked before every attempt and checkpoint, so nothing
         #: is written to a database that is no longer the one opened (a replaced file)
         self.guard = guard
-        self._writers = connections_for(writer(engine), backend.holds_connections, label)
+        self._writers = connections_for(writer(engine), backend.keeps_connections, label)
         self._maintenance = autocommit(engine)
         self.policy = policy
         self.label = label
@@ -169,7 +169,7 @@ class WriteUnits:
             if guard is not None:
                 guard.check()  # the database is still the one opened (a replaced file)
             try:
-                if writers.held:
+                if writers.kept:
                     result = self._attempt(writers.get(), fn, locks)
                 else:
                     with writers.checkout() as conn:

@@ -289,7 +289,7 @@ def _translating(method):
 
 
 def _translate_errors_of(cls: type) -> None:
-    """Every public method (and the context-manager doors) raises compat errors."""
+    """Every public method (and the context-manager methods) raises compat errors."""
     for name in [n for n in dir(cls) if not n.startswith("_")] + ["__enter__", "__exit__"]:
         raw = inspect.getattr_static(cls, name)
         if inspect.isfunction(raw):

@@ -1,9 +1,9 @@
 """``SessionDB._conn`` and ``SessionDB._execute_write(fn)`` as the agent uses them
-(issue 16, item 2), built on the repository's own doors only.
+(issue 16, item 2), built on the repository's own access methods only.
 
 Upstream's ``_conn`` is one ``sqlite3`` connection in autocommit mode, shared by every
 thread of the process. Here it is a ``RawConnection`` bound to the store, and each
-statement runs through the store's doors:
+statement runs through the store's access methods:
 
 * a read runs in one read snapshot (``store._read()``): on SQLite the thread's own held
   reader connection, on PostgreSQL a pooled ``REPEATABLE READ, READ ONLY`` transaction;
@@ -177,7 +177,7 @@ class Cursor:
 
 
 class RawConnection:
-    """``SessionDB._conn``: a ``sqlite3.Connection``-shaped door onto the store."""
+    """``SessionDB._conn``: a ``sqlite3.Connection``-shaped view of the store."""
 
     def __init__(self, store) -> None:
         self._store = store
@@ -318,7 +318,7 @@ class RawConnection:
             statement, text, params = self._prepare(sql, parameters)
         except Exception as exc:
             raise as_compat(exc) from None
-        return self._through_doors(statement, lambda conn: self._execute_on(conn, text, params, sql))
+        return self._through_the_store(statement, lambda conn: self._execute_on(conn, text, params, sql))
 
     def _run_many(self, sql: str, seq_of_parameters: Iterable) -> _Result:
         try:
@@ -335,9 +335,9 @@ class RawConnection:
                 total += max(self._execute_on(conn, text, params, sql).rowcount, 0)
             return _Result(None, None, total, None)
 
-        return self._through_doors(statement, unit)
+        return self._through_the_store(statement, unit)
 
-    def _through_doors(self, statement: sqlmod.Statement, work: Callable[[sa.Connection], _Result]) -> _Result:
+    def _through_the_store(self, statement: sqlmod.Statement, work: Callable[[sa.Connection], _Result]) -> _Result:
         store = self._store
         in_unit_now = self._in_unit()
         try:

@@ -110,10 +110,10 @@ class StoreTarget(Protocol):
 
 
 class Readers(Protocol):
-    """The read connections an opened store keeps (``connections.HeldConnections`` or
+    """The read connections an opened store keeps (``connections.KeptConnections`` or
     ``PooledConnections``)."""
 
-    held: bool
+    kept: bool
 
     def close(self) -> None: ...
 
@@ -145,7 +145,7 @@ class Backend:
     #: DBAPI drivers whose statements may take the driver door (``driver.driver_execute``)
     door_drivers: frozenset[str] = frozenset()
     #: one connection per thread, kept (True), or one per call from the pool (False)
-    holds_connections: bool = True
+    keeps_connections: bool = True
     #: threads of one process run their write units one at a time
     serializes_units: bool = True
     #: a write unit takes the locks of what it decides on first (``lock_unit``); where

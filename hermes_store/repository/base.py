@@ -1,7 +1,7 @@
 """What every concern module of the repository stands on.
 
 A concern mixin (sessions, messages, titles, search, …) talks to the database only
-through four doors:
+through four access methods:
 
 * ``self._write(fn, locks=…)`` — ``fn(conn)`` runs as one write unit (``BEGIN
   IMMEDIATE`` on SQLite; on PostgreSQL READ COMMITTED under the locks of what it
@@ -22,13 +22,13 @@ through four doors:
   one snapshot, so every answer still comes from one snapshot. On SQLite it is a
   ``_read`` (a snapshot costs nothing there).
 
-The doors nest: a ``_write`` called while a unit is running on the same thread joins
+The access methods nest: a ``_write`` called while a unit is running on the same thread joins
 that unit (it does not open a second transaction that would wait for the first), and a
 ``_read`` or ``_query`` inside a unit reads through the unit's connection (so it sees
 the unit's own changes), inside another ``_read`` it reuses the outer snapshot. That
 lets a public method compose other public methods and still be one unit / one snapshot.
 
-On SQLite each thread reads on its own held connection (``connections.HeldConnections``)
+On SQLite each thread reads on its own kept connection (``connections.KeptConnections``)
 and writes on another, so threads never share a transaction; on PostgreSQL each unit and
 each read checks a connection out of the pool (``connections.PooledConnections``).
 
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..connections import BEGIN_MODE, HeldConnections, PooledConnections, transaction
+from ..connections import BEGIN_MODE, KeptConnections, PooledConnections, transaction
 from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyError
 from ..unit_locks import STORE, Locks
 from ..policy import RetryPolicy
@@ -68,7 +68,7 @@ class ReadInterrupted(ServerUnreachableError):
 
 class SnapshotNeeded(Exception):
     """A ``_read_lazily`` function asked for a second data statement (or declared that
-    it will need one) while running outside a snapshot: the door starts it over in one."""
+    it will need one) while running outside a snapshot: the access method starts it over in one."""
 
 
 class LazyReads:
@@ -119,9 +119,9 @@ class RepositoryBase:
     #: the engine's answers (``hermes_store.backends``): set by ``SessionDB.__init__``
     _backend: "Backend | None" = None
     _units: WriteUnits | None = None
-    _readers: HeldConnections | PooledConnections | None = None
+    _readers: KeptConnections | PooledConnections | None = None
     #: PostgreSQL only: single statements run without a transaction from here
-    _singles: HeldConnections | PooledConnections | None = None
+    _singles: KeptConnections | PooledConnections | None = None
     _snapshots: ThreadSnapshot | None = None
     #: how units and reads ride out contention and outages (``SessionDB(retry=…)``)
     retry: RetryPolicy = RetryPolicy()
@@ -145,7 +145,7 @@ class RepositoryBase:
             joined = local.conn
         return joined
 
-    def _readers_open(self) -> HeldConnections | PooledConnections:
+    def _readers_open(self) -> KeptConnections | PooledConnections:
         readers = self._readers
         if readers is None:  # normally set by SessionDB.__init__; None once closed
             raise StoreClosedError(self.target)
@@ -178,7 +178,7 @@ class RepositoryBase:
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = ThreadSnapshot()
         readers, backend = self._readers_open(), self._backend
-        if readers.held:  # the thread's own reader (SQLite: a local BEGIN DEFERRED)
+        if readers.kept:  # the thread's own reader (SQLite: a local BEGIN DEFERRED)
             try:
                 with self._snapshot(readers.get()) as conn:
                     yield conn
@@ -216,7 +216,7 @@ class RepositoryBase:
 
     @contextmanager
     def _snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
-        """One read transaction on ``conn``, joined by the doors this thread uses inside."""
+        """One read transaction on ``conn``, joined by the access methods this thread uses inside."""
         with transaction(conn):  # BEGIN DEFERRED (PostgreSQL: REPEATABLE READ, READ ONLY)
             self._snapshots.conn = conn
             try:
@@ -228,14 +228,14 @@ class RepositoryBase:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
         self._require_open()
         joined = self._joined()
-        if joined is not None:  # the running unit's or snapshot's door handles errors
+        if joined is not None:  # the running unit's or snapshot's access method handles errors
             return statement.rows(joined, values)
         # SQLite: the thread's reader; PostgreSQL: an autocommit connection (one
         # round trip instead of BEGIN, the statement and COMMIT)
         singles = self._singles
         if singles is None:
             singles = self._readers_open()
-        if singles.held:
+        if singles.kept:
             try:
                 return statement.rows_alone(singles.get(), values)
             except sa.exc.DBAPIError as exc:
@@ -261,7 +261,7 @@ class RepositoryBase:
                 return fn(LazyReads(conn, True))
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = ThreadSnapshot()
-        if singles.held:
+        if singles.kept:
             try:
                 return self._lazily_on(singles.get(), fn)
             except sa.exc.DBAPIError as exc:
@@ -289,7 +289,7 @@ class RepositoryBase:
             conn.execution_options(**{BEGIN_MODE: None})
 
     def _release_connections(self) -> None:
-        """Release every thread's held connections (``close()``)."""
+        """Release every thread's kept connections (``close()``)."""
         readers, self._readers = self._readers, None
         singles, self._singles = self._singles, None
         if self._units is not None:

@@ -26,7 +26,7 @@ always did. Lone surrogates are replaced by U+FFFD, as on every write.
 
 ``hermes_store.transfer`` (``hermes-store sessions import``) runs the same code:
 ``ImportChecker`` for upstream-shaped entries and ``SessionWriter`` for every insert of
-either file format, so a session is checked and written the same way whichever door it
+either file format, so a session is checked and written the same way whichever way it
 comes through. Only the transaction boundaries differ: the CLI streams files of any size
 and commits whole sessions in batches, so the caps (which bound one payload held in
 memory and one write unit) are the API's alone.

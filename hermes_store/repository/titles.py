@@ -8,7 +8,6 @@ Error texts are upstream's, word for word, because callers show them to users.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import sqlalchemy as sa

@@ -163,7 +163,7 @@ class Prebuilt:
         """``rows`` on a connection outside any transaction: one statement is one
         snapshot. On the driver path it runs in the driver's autocommit mode (no BEGIN
         and COMMIT to pay: one round trip on a server); through Core it gets a
-        transaction of its own, ended here, so a held connection is never left inside
+        transaction of its own, ended here, so a kept connection is never left inside
         one."""
         values = values or _NO_VALUES
         form = self._form(conn.dialect)

@@ -36,23 +36,17 @@ The package: ``formats`` (constants, encodings, opening the store), ``export``, 
 """
 
 from ..repository.message_rows import CONTENT_JSON_PREFIX
+from ..errors import ImportFileError
 from .export import (
-                      ExportCounts,
-                      decode_content,
-                      export_header,
-                      iter_export,
-                      stored_schema_version,
-                      write_export,
+    ExportCounts,
+    decode_content,
+    export_header,
+    iter_export,
+    stored_schema_version,
+    write_export,
 )
 from .files import ImportReport
-from .formats import (
-                      EXPORT_PAGE,
-                      FORMAT_KEY,
-                      FORMAT_VERSION,
-                      IMPORT_BATCH,
-                      KEEP_CHECKED_MESSAGES,
-                      ImportFileError,
-)
+from .formats import EXPORT_PAGE, FORMAT_KEY, FORMAT_VERSION, IMPORT_BATCH, KEEP_CHECKED_MESSAGES
 from .importer import import_file
 
 __all__ = [

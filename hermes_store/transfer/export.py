@@ -19,7 +19,7 @@ from .formats import (
     FORMAT_KEY,
     FORMAT_VERSION,
     _dumps,
-    _Opened,
+    OpenedTarget,
     _to_json_value,
     _write_line,
 )
@@ -77,7 +77,7 @@ def iter_export(
     """
     if page_size < 1:
         raise ValueError(f"page_size must be at least 1, got {page_size}")
-    opened = _Opened(engine_or_db, read_only=True)
+    opened = OpenedTarget(engine_or_db, read_only=True)
     counts = counts if counts is not None else ExportCounts()
     try:
         # One read transaction: a consistent snapshot (PostgreSQL: REPEATABLE READ), and

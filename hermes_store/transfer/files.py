@@ -9,13 +9,8 @@ from typing import IO, Any, Iterable, Iterator
 
 from ..repository.importing import NO_LIMITS, ImportChecker
 from .export import ExportCounts
-from .formats import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    KEEP_CHECKED_MESSAGES,
-    ImportFileError,
-    _from_json_value,
-)
+from ..errors import ImportFileError
+from .formats import FORMAT_KEY, FORMAT_VERSION, KEEP_CHECKED_MESSAGES, from_json_value
 
 # --------------------------------------------------------------------------- import
 
@@ -44,7 +39,7 @@ class ImportReport:
 
 
 @dataclass
-class _Session:
+class FileSession:
     """A session record of the native format (every column as stored)."""
 
     line: int
@@ -54,13 +49,13 @@ class _Session:
 
 
 @dataclass
-class _Message:
+class FileMessage:
     line: int
     row: dict
 
 
 @dataclass
-class _Entry:
+class FileEntry:
     """An upstream-format session (``export_session()``'s dict, messages inside)."""
 
     where: str  # "<path>:<line>" or "<path>: entry <n>", for error messages
@@ -77,7 +72,7 @@ def _open_text(path: Path) -> IO[str]:
         raise ImportFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _detect(path: Path) -> str:
+def detect_format(path: Path) -> str:
     """``jsonl`` when the first non-blank line is a whole JSON object and another line
     follows; ``json`` otherwise (a one-line file is the same either way)."""
     with _open_text(path) as fh:
@@ -92,7 +87,7 @@ def _detect(path: Path) -> str:
         return "jsonl" if whole_object and next(lines, None) is not None else "json"
 
 
-def _events(path: Path, fmt: str) -> Iterator[_Session | _Message | _Entry]:
+def file_events(path: Path, fmt: str) -> Iterator[FileSession | FileMessage | FileEntry]:
     """The records of a file, with where they are for error messages."""
     if fmt == "jsonl":
         yield from _jsonl_events(path)
@@ -100,7 +95,7 @@ def _events(path: Path, fmt: str) -> Iterator[_Session | _Message | _Entry]:
         yield from _json_events(path)
 
 
-def _jsonl_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
+def _jsonl_events(path: Path) -> Iterator[FileSession | FileMessage | FileEntry]:
     native = None
     counts = ExportCounts()
     ended = False
@@ -128,7 +123,7 @@ def _jsonl_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
                     yield _native_session(record, lineno)
                 elif "message" in record:
                     counts.messages += 1
-                    yield _Message(lineno, _decode_row(_expect_dict(record["message"], lineno, "message")))
+                    yield FileMessage(lineno, _decode_row(_expect_dict(record["message"], lineno, "message")))
                 elif "end" in record:
                     if record["end"] != asdict(counts):
                         raise ImportFileError(
@@ -139,7 +134,7 @@ def _jsonl_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
                 else:
                     raise ImportFileError(f"{path}:{lineno}: unknown record (keys {sorted(record)})")
             else:
-                yield _Entry(f"{path}:{lineno}", entries, record)
+                yield FileEntry(f"{path}:{lineno}", entries, record)
                 entries += 1
     if native and not ended:
         raise ImportFileError(
@@ -147,7 +142,7 @@ def _jsonl_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
         )
 
 
-def _json_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
+def _json_events(path: Path) -> Iterator[FileSession | FileMessage | FileEntry]:
     # A JSON document is parsed whole; JSONL is the streaming format for big stores.
     with _open_text(path) as fh:
         try:
@@ -166,12 +161,12 @@ def _json_events(path: Path) -> Iterator[_Session | _Message | _Entry]:
                 raise ImportFileError(f"{path}: sessions[{index}].messages must be a list")
             yield _native_session(entry, index)
             for message in messages:
-                yield _Message(index, _decode_row(_expect_dict(message, index, "message")))
+                yield FileMessage(index, _decode_row(_expect_dict(message, index, "message")))
     elif isinstance(doc, dict):
-        yield _Entry(str(path), 0, doc)
+        yield FileEntry(str(path), 0, doc)
     elif isinstance(doc, list):
         for index, entry in enumerate(doc):
-            yield _Entry(f"{path}: entry {index}", index, entry)
+            yield FileEntry(f"{path}: entry {index}", index, entry)
     else:
         raise ImportFileError(f"{path}: expected a JSON object or a list of sessions")
 
@@ -191,16 +186,16 @@ def _expect_dict(value: Any, where: Any, what: str) -> dict:
 
 
 def _decode_row(row: dict) -> dict:
-    return {k: _from_json_value(v) for k, v in row.items()}
+    return {k: from_json_value(v) for k, v in row.items()}
 
 
-def _native_session(record: dict, where: int) -> _Session:
+def _native_session(record: dict, where: int) -> FileSession:
     row = _decode_row(_expect_dict(record["session"], where, "session"))
     prompt = record.get("system_prompt")
     usage = record.get("model_usage") or []
     if not isinstance(usage, list):
         raise ImportFileError(f"record {where}: model_usage must be a list")
-    return _Session(
+    return FileSession(
         where,
         row,
         _decode_row(_expect_dict(prompt, where, "system_prompt")) if prompt is not None else None,
@@ -212,8 +207,8 @@ def _native_session(record: dict, where: int) -> _Session:
 _MAX_LISTED_ERRORS = 20
 
 
-def _validate(events: Iterable[_Session | _Message | _Entry],
-              path: Path) -> tuple[int, list[_Entry] | None]:
+def validate_entry(events: Iterable[FileSession | FileMessage | FileEntry],
+              path: Path) -> tuple[int, list[FileEntry] | None]:
     """Check every record before anything is written. Returns the number of messages
     and, for a file of upstream-format entries only with at most
     ``KEEP_CHECKED_MESSAGES`` messages, its entries with their checked rows (the
@@ -227,9 +222,9 @@ def _validate(events: Iterable[_Session | _Message | _Entry],
     n_messages = 0
     checker = ImportChecker(NO_LIMITS)
     entry_errors: list[str] = []
-    kept: list[_Entry] | None = []
+    kept: list[FileEntry] | None = []
     for event in events:
-        if isinstance(event, _Entry):
+        if isinstance(event, FileEntry):
             result = checker.check(event.index, event.raw)
             if isinstance(result, dict):
                 sid = f"session {result['session_id']!r}: " if "session_id" in result else ""
@@ -237,13 +232,13 @@ def _validate(events: Iterable[_Session | _Message | _Entry],
             else:
                 n_messages += len(result.messages)
                 if kept is not None and n_messages <= KEEP_CHECKED_MESSAGES:
-                    kept.append(_Entry(event.where, event.index, None, checked=result))
+                    kept.append(FileEntry(event.where, event.index, None, checked=result))
                 else:
                     kept = None
             continue
         kept = None
         where = f"{path}:{event.line}"
-        if isinstance(event, _Session):
+        if isinstance(event, FileSession):
             sid = event.row.get("id")
             if not isinstance(sid, str) or not sid.strip():
                 raise ImportFileError(f"{where}: a session needs a non-empty string 'id'")

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from .. import location
 from ..backends.base import get
-from ..errors import HermesStoreError, ImportFileError, StoreReadOnlyError
+from ..errors import HermesStoreError, StoreReadOnlyError
 
 FORMAT_KEY = "hermes_store_export"
 FORMAT_VERSION = 1
@@ -22,7 +22,7 @@ EXPORT_PAGE = 500
 #: messages per transaction on import (a session is never split across transactions)
 IMPORT_BATCH = 2000
 #: rows per executemany on import
-_INSERT_CHUNK = 500
+INSERT_CHUNK = 500
 #: an upstream-format file of at most this many messages is read and checked once, its
 #: checked rows kept from the validation pass for the writes (~20 MB); a bigger one is
 #: read twice, so an import's memory stays flat whatever the file's size
@@ -37,7 +37,7 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
-def _from_json_value(value: Any) -> Any:
+def from_json_value(value: Any) -> Any:
     if isinstance(value, dict) and set(value) == {"$base64"}:
         return base64.b64decode(value["$base64"])
     return value
@@ -58,7 +58,7 @@ def _write_line(out: IO[str], text: str, fallback: Any) -> None:
         out.write(json.dumps(fallback, ensure_ascii=True, separators=(",", ":")))
 
 
-class _Opened:
+class OpenedTarget:
     """An Engine for whatever the caller handed us, disposed only if we created it."""
 
     def __init__(self, target: Any, *, read_only: bool) -> None:

@@ -16,8 +16,9 @@ from ..errors import StoreBusyError
 from ..paths import expand_home
 from ..repository.importing import NO_LIMITS, ImportChecker, SessionWriter
 from ..unit_locks import STORE, HeldLocks
-from .files import ImportReport, _detect, _Entry, _events, _Message, _Session, _validate
-from .formats import _INSERT_CHUNK, IMPORT_BATCH, ImportFileError, _Opened
+from .files import ImportReport, detect_format, FileEntry, file_events, FileMessage, FileSession, validate_entry
+from ..errors import ImportFileError
+from .formats import IMPORT_BATCH, INSERT_CHUNK, OpenedTarget
 
 
 def import_file(
@@ -36,13 +37,13 @@ def import_file(
     path = expand_home(path)
     if not path.is_file():
         raise ImportFileError(f"{path} does not exist or is not a file")
-    fmt = _detect(path)
-    total_messages, checked = _validate(_events(path, fmt), path)
+    fmt = detect_format(path)
+    total_messages, checked = validate_entry(file_events(path, fmt), path)
 
     report = ImportReport(format=fmt)
-    opened = _Opened(db, read_only=False)
+    opened = OpenedTarget(db, read_only=False)
     try:
-        events = iter(checked) if checked is not None else _events(path, fmt)
+        events = iter(checked) if checked is not None else file_events(path, fmt)
         _Importer(opened.engine, report, batch_size, progress, total_messages).run(events)
     finally:
         opened.close()
@@ -78,7 +79,7 @@ class _Importer:
         self.current: str | None = None  # the session being imported (for errors)
         self.committed = 0  # sessions added and committed
 
-    def run(self, events: Iterator[_Session | _Message | _Entry]) -> None:
+    def run(self, events: Iterator[FileSession | FileMessage | FileEntry]) -> None:
         try:
             self._run(events)
         except sa.exc.DBAPIError as exc:
@@ -108,7 +109,7 @@ class _Importer:
         self.report.retitled = tally.retitled
         self.report.ignored_fields = sorted(self.ignored)
 
-    def _run(self, events: Iterator[_Session | _Message | _Entry]) -> None:
+    def _run(self, events: Iterator[FileSession | FileMessage | FileEntry]) -> None:
         conn: Connection | None = None
         tx = None
         in_batch = 0
@@ -116,13 +117,13 @@ class _Importer:
         buffer: list[dict] = []
         try:
             for event in events:
-                if isinstance(event, _Message):
+                if isinstance(event, FileMessage):
                     if skipping:
                         self.sessions.tally.messages_skipped += 1
                     else:
                         buffer.append(self._message_values(event.row))
                         in_batch += 1
-                        if len(buffer) >= _INSERT_CHUNK:
+                        if len(buffer) >= INSERT_CHUNK:
                             self.sessions.add_messages(conn, buffer)
                             buffer = []
                     self._tick(1)
@@ -143,7 +144,7 @@ class _Importer:
                     tx = conn.begin()
                     if self.backend.locks_units:  # a batch runs alone, as import_sessions
                         self.backend.lock_unit(conn, STORE, HeldLocks())
-                if isinstance(event, _Entry):
+                if isinstance(event, FileEntry):
                     prepared = event.checked or self.entries.check(event.index, event.raw)
                     self.current = prepared.session_id
                     if self.sessions.add_prepared(conn, prepared):
@@ -165,10 +166,10 @@ class _Importer:
 
     def _tick(self, messages: int) -> None:
         before, self.done = self.done, self.done + messages
-        if before // _INSERT_CHUNK != self.done // _INSERT_CHUNK:
+        if before // INSERT_CHUNK != self.done // INSERT_CHUNK:
             self.progress(self.done, self.total)
 
-    def _add_native(self, conn: Connection, event: _Session) -> bool:
+    def _add_native(self, conn: Connection, event: FileSession) -> bool:
         values = {}
         for key, value in event.row.items():
             if key in _HEAD_SESSION_COLUMNS:

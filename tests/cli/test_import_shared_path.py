@@ -146,13 +146,13 @@ def test_a_small_file_is_read_once_a_big_one_twice_with_the_same_rows(
             else "".join(json.dumps(e) + "\n" for e in PAYLOAD))
     path.write_text(text)
     reads: list[str] = []
-    original = transfer_importer._events
+    original = transfer_importer.file_events
 
     def counting(p, f):
         reads.append(f)
         return original(p, f)
 
-    monkeypatch.setattr(transfer_importer, "_events", counting)
+    monkeypatch.setattr(transfer_importer, "file_events", counting)
     once = transfer.import_file(empty_store, path)
     assert len(reads) == 1
 

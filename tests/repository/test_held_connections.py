@@ -1,4 +1,4 @@
-"""Each thread's held connections (engine.HeldConnections): released by close() whatever
+"""Each thread's kept connections (engine.KeptConnections): released by close() whatever
 thread holds them, released when their thread ends; the driver door and its Core
 fallback give the same answers."""
 
@@ -67,7 +67,7 @@ def test_close_releases_the_connections_of_threads_still_running(db_path):
     assert len(after_close) == 3
 
 
-@pytest.mark.sqlite_only("held connections are SQLite's (PostgreSQL checks out per call: "
+@pytest.mark.sqlite_only("kept connections are SQLite's (PostgreSQL checks out per call: "
                          "tests/postgres/test_pg_store.py)")
 def test_a_thread_that_ends_releases_its_connections(db):
     _use(db, "main")

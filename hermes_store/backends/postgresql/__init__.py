@@ -35,15 +35,15 @@ from . import engine as _engine
 from . import constructs as _constructs  # noqa: F401  (registers the PostgreSQL compilations)
 from . import errors as _errors
 
-#: Whether a store keeps one connection per thread (``connections.HeldConnections``) on
+#: Whether a store keeps one connection per thread (``connections.KeptConnections``) on
 #: PostgreSQL as it does on SQLite. It does not: see docs/postgres.md, "Connections".
-HOLD_CONNECTIONS = False
+KEEP_CONNECTIONS = False
 
 
 class PostgresqlBackend(Backend):
     name = "postgresql"
     door_drivers = frozenset({"psycopg"})
-    holds_connections = HOLD_CONNECTIONS
+    keeps_connections = KEEP_CONNECTIONS
     serializes_units = False
     locks_units = True
     checkpoints = False
@@ -109,8 +109,8 @@ class PostgresqlBackend(Backend):
             engine.dispose()
             raise
         return OpenedStore(engine, target,
-                           connections_for(reader(engine), HOLD_CONNECTIONS),
-                           connections_for(autocommit(engine), HOLD_CONNECTIONS))
+                           connections_for(reader(engine), KEEP_CONNECTIONS),
+                           connections_for(autocommit(engine), KEEP_CONNECTIONS))
 
     def inspection_engine(self, target) -> sa.Engine:
         from .engine import create_engine
@@ -248,4 +248,4 @@ BACKEND = PostgresqlBackend()
 # every engine of this package carries it (``engine.CARRIED``, ``Backend.carry``)
 _engine.CARRIED = BACKEND
 
-__all__ = ["BACKEND", "HOLD_CONNECTIONS", "PostgresqlBackend"]
+__all__ = ["BACKEND", "KEEP_CONNECTIONS", "PostgresqlBackend"]

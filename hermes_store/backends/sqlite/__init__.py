@@ -42,7 +42,7 @@ from .errors import is_busy_error, translate_error
 class SQLiteBackend(Backend):
     name = "sqlite"
     door_drivers = frozenset({"pysqlite"})
-    holds_connections = True
+    keeps_connections = True
     serializes_units = True
     locks_units = False
     checkpoints = True
@@ -95,17 +95,12 @@ class SQLiteBackend(Backend):
                                    journal_mode=journal_mode)
 
     def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode) -> OpenedStore:
-        from ...connections import HeldConnections
+        from ...connections import KeptConnections
         from ...errors import DatabaseDamagedError, SchemaOutOfDateError, StoreNotFoundError
         from .engine import AUTO, create_engine
         from .files.ops import create_private_file
-        from .files.probe import (
-            check_not_symlink,
-            ensure_schema,
-            make_private,
-            probe_database,
-            upgrade_hint,
-        )
+        from .files.probe import check_not_symlink, make_private, probe_database
+        from .migrate.commands import ensure_schema, upgrade_hint
         from .files.identity import FileWatch
 
         check_not_symlink(path)
@@ -140,7 +135,7 @@ class SQLiteBackend(Backend):
             ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
             engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout,
                                    journal_mode=mode, watch=watch)
-        return OpenedStore(engine, path, HeldConnections(engine, path), guard=watch)
+        return OpenedStore(engine, path, KeptConnections(engine, path), guard=watch)
 
     def inspection_engine(self, target) -> sa.Engine:
         from .engine import create_engine

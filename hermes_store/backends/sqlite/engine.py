@@ -74,7 +74,7 @@ def create_engine(
     if poolclass is not None:
         kwargs["poolclass"] = poolclass
     else:
-        # A store holds one or two connections per thread (HeldConnections): never make
+        # A store holds one or two connections per thread (KeptConnections): never make
         # a thread wait for the pool to hand one out.
         kwargs["max_overflow"] = -1
     engine = sa.create_engine(

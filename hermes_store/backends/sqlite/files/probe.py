@@ -5,8 +5,8 @@ a symlink planted at the path or a sidecar; create the folder and, for a new dat
 the file with mode 0600 (``fileops.create_private_file``; SQLite gives ``-wal``/``-shm``
 the database file's mode); check
 through SQLite that the file is a readable database before any write
-(:func:`probe_database`); bring the schema to head (:func:`ensure_schema`), or refuse
-with the command to run.
+(:func:`probe_database`); then ``migrate/commands.ensure_schema`` brings the schema to
+head, or refuses with the command to run.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ....errors import SchemaOutOfDateError, SchemaTooNewError, UnsafePathError
+from ....errors import UnsafePathError
 from ....policy import DEFAULT_BUSY_TIMEOUT
 from ..errors import is_busy_error
-from ..migrate.head import stamped_at_head
 from ..library import SQLITE as sqlite3
 from ..library import integrity_problems
 from .uri import file_uri
@@ -26,11 +25,6 @@ from .uri import file_uri
 #: beyond it the full scan would make every open slow, so only the schema is read
 WAL_QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024
 SIDECARS = ("", "-wal", "-shm", "-journal")
-
-
-def upgrade_hint(path: Path) -> str:
-    return (f"run `hermes-store db upgrade --db {path}` (or `alembic -x db={path} upgrade "
-            "head`), or open it with auto_upgrade=True")
 
 
 def check_not_symlink(path: Path) -> None:
@@ -55,36 +49,6 @@ def make_private(path: Path) -> None:
             continue
         if st.st_uid == os.getuid() and st.st_mode & 0o077:
             candidate.chmod(st.st_mode & 0o700)
-
-
-def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
-    """Bring the file to head, or raise the error that says what to run."""
-    if stamped_at_head(path):
-        return  # the usual open: answered without importing Alembic
-    from ....migrate.scripts import head as newest
-    from ..migrate import topics
-    from ..migrate.commands import upgrade_file
-    from ..migrate.inspect import inspect_file
-
-    head = newest()
-    at = inspect_file(path).revision
-    if at == head:
-        return
-    if at is not None and at > head:
-        raise SchemaTooNewError(
-            f"{path} has schema revision {at}, newer than this hermes_store knows ({head}); "
-            "it was not touched. Upgrade hermes_store to open it."
-        )
-    if read_only or not auto_upgrade:
-        state = "has no schema yet" if at is None else f"is at schema revision {at}"
-        why = "it is opened read-only" if read_only else "auto_upgrade=False"
-        raise SchemaOutOfDateError(
-            f"{path} {state}, head is {head}, and {why}: {upgrade_hint(path)}"
-        )
-    upgrade_file(path, "head")
-    # Topic tables a user already opted into (e.g. in upstream Hermes) come along;
-    # absent ones are never created here.
-    topics.upgrade_file(path, "head", only_if_present=True)
 
 
 def _wal_needs_verifying(path: Path) -> bool:
@@ -133,5 +97,5 @@ def probe_database(path: str | os.PathLike) -> None:
         conn.close()
 
 
-__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "ensure_schema",
-           "make_private", "probe_database", "upgrade_hint"]
+__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "make_private",
+           "probe_database"]

@@ -65,7 +65,7 @@ class SQLiteMigrations(Migrations):
         return check(_file(target))
 
     def ensure_schema(self, target, *, auto_upgrade: bool, read_only: bool) -> None:
-        from ..files.probe import ensure_schema
+        from .commands import ensure_schema
 
         ensure_schema(_file(target), auto_upgrade=auto_upgrade, read_only=read_only)
 
