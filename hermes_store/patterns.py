@@ -1,8 +1,9 @@
 """Regular expressions compiled on first use.
 
-Compiling costs 50-300 µs a pattern; the store has a few dozen at module level (the
-search sanitizer, titles, the memory-context scrubber, URL parsing) and a process that
-opens a store to read one session uses almost none of them. ``LazyPattern(...)`` takes
+The store has a few dozen patterns at module level (the search sanitizer, titles, the
+memory-context scrubber, URL parsing), and a process that opens a store to read one
+session uses almost none of them (what compiling them cost: docs/performance.md,
+"Start-up"). ``LazyPattern(...)`` takes
 ``re.compile``'s arguments and behaves as the compiled pattern (``.sub``, ``.search``,
 ``.match``, …), compiling it the first time one of those is used.
 """

@@ -1,12 +1,12 @@
 """Where the schema revisions live and which one is head, without importing Alembic.
 
 Opening a store asks one question every time: is it at head? Alembic answers it by
-loading every revision script (and importing Mako and Pygments on the way), ~100 ms of
-a CLI run or a cron job's start. The answer needs no script: revision ``00NN`` lives in
+loading every revision script (and Mako and Pygments on the way: docs/performance.md,
+"Start-up"), which the answer does not need: revision ``00NN`` lives in
 ``migrations/versions/00NN_<slug>.py`` (decision D2; the house rules in
 ``tests/migrations/test_revision_rules.py`` hold every file to it), so head is the
 highest number there, and the database's stamp is one row of ``alembic_version`` (each
-backend reads it: ``backends/sqlite/migrate/head.py``, ``backends/postgresql/server.py``).
+backend reads it: each engine's ``migrate/head.py``).
 Anything but a clean "at head" goes to ``hermes_store.migrate`` (Alembic), which
 adopts, upgrades or refuses the database.
 """

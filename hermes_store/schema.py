@@ -329,7 +329,7 @@ def _partial(where) -> dict:
     other engine's backend gives its indexes the same predicate when it loads
     (:func:`partial_predicates`): a ``postgresql_where`` here would load SQLAlchemy's
     PostgreSQL dialect in every process, SQLite's included (its argument check imports
-    the dialect: ~25 ms and ~6,000 objects of a cold start)."""
+    the dialect; its cost: docs/performance.md, "Start-up")."""
     return {"sqlite_where": where}
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 # Rich is imported where it draws, not here: a ``--json`` run prints one document and
-# never needs it (its console, tables and progress bars cost ~35 ms of start-up).
+# never needs it (what it costs a start: docs/performance.md, "Start-up").
 
 # Exit codes (documented in docs/operations.md and `hermes-store --help`).
 EXIT_OK = 0

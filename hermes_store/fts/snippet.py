@@ -2,8 +2,7 @@
 
 SQLite writes a search hit's snippet in SQL (``snippet(messages_fts, -1, '>>>', '<<<',
 '...', 40)``). An engine whose index cannot (PostgreSQL: ``ts_headline`` parses the
-whole text again on the server, ~0.1 ms a row, and marks the words *its* parser sees,
-not the index's) gets the same snippet here, from the same columns and the same
+whole text again on the server, and marks the words *its* parser sees, not the index's) gets the same snippet here, from the same columns and the same
 phrases, by the same rules:
 
 * a document is split into tokens where the word index splits it: runs of letters and

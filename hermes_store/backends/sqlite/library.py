@@ -4,9 +4,8 @@
 library cannot know what else its host process does with ``state.db``: an admin script,
 a plugin, a notebook or the agent itself may open the file with ``import sqlite3``. Two
 copies of SQLite in one process keep two tables of POSIX locks, and closing a file in
-one drops the locks the other holds (sqlite.org/howtocorrupt.html §2.2.1): measured with
-the store on ``pysqlite3`` beside a host's ``sqlite3``, every write returned success and
-some were missing from the file after close. So the store runs on the standard
+one drops the locks the other holds (sqlite.org/howtocorrupt.html §2.2.1): acknowledged
+writes go missing silently (docs/reliability.md). So the store runs on the standard
 library's ``sqlite3`` unless the host chooses otherwise for a process it owns whole:
 
 * in code, :func:`use` (``hermes_store.use_sqlite_library("pysqlite3")``), before the

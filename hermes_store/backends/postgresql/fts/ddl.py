@@ -23,12 +23,10 @@ The two indexes keep the names and the scope of SQLite's layout 3
 
 Compacted and rewound rows stay in both indexes: visibility is a query filter.
 
-Why a maintained column for the words and an expression for the trigrams (measured on
-20,000 messages, ``docs/postgres.md``): a ranked or phrase query must read each
-candidate's ``tsvector`` (``ts_rank``, and the recheck GIN needs for ``<->``). From an
-expression index PostgreSQL recomputes ``to_tsvector`` for every candidate — 3.5 s for
-a word in 18,000 rows, 8.9 s for a phrase — against 0.16 s and 0.6 s from the stored
-column; a stored generated column is recomputed only when one of its source columns
+Why a maintained column for the words and an expression for the trigrams (the
+measurements: docs/postgres.md): a ranked or phrase query must read each candidate's
+``tsvector`` (``ts_rank``, and the recheck GIN needs for ``<->``), which an expression
+index recomputes for every candidate; a stored generated column is recomputed only when one of its source columns
 changes (flag and counter updates do not pay). A trigram recheck only evaluates
 ``ILIKE`` on the row's text, so an expression index costs nothing extra there. The
 session rule needs another table, which neither an index predicate nor a generated

@@ -15,8 +15,7 @@ expressed in SQL:
     ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
     ``rank``, lower is better; :func:`word_snippet` is FTS5's ``snippet()`` computed in
     Python from the row (``fts.snippet``: the same tokens and phrases, the same text as
-    SQLite's; ``ts_headline`` cost the server ~0.03 ms a row and marked what *its*
-    parser saw: ``chat-send`` as two marks).
+    SQLite's; ``ts_headline`` marks what *its* parser sees: ``chat-send`` as two marks).
 ``ROUTE_TRIGRAM`` (substrings, CJK)
     ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
     of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
@@ -157,7 +156,7 @@ def rank_text(sanitized: str) -> str | None:
     """The ``tsquery`` a match is ranked by: every word of the query's positive phrases,
     OR-ed. As BM25 sums each term's score, ``ts_rank`` scores an OR by each word's
     frequency, in one pass over the document; an AND or a phrase makes it pair the
-    words' positions (2.7× the time on messages of a few kilobytes), for the same first
+    words' positions, at several times the cost on long messages, for the same first
     page (docs/performance.md, 2026-12-03)."""
     words = []
     for operand in _operands(sanitized):
@@ -309,10 +308,9 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
 
     Both matter for the search statements. Seen by the planner, a query text makes
     every search plan anew (``plan_cache_mode=auto`` keeps choosing custom plans, as
-    their estimates for rare terms are cheaper), which cost ~0.5 ms per search, and for
-    an ``ILIKE`` pattern on the trigram index ~1 ms; unseen, every search has the same
-    plan, so the prepared statement's generic plan is kept (the plan shapes were the
-    same). And where the value is an expression (``to_tsquery(…)``), a generic plan
+    their estimates for rare terms are cheaper: docs/postgres.md); unseen, every search
+    has the same plan, so the prepared statement's generic plan is kept (the plan shapes
+    were the same). And where the value is an expression (``to_tsquery(…)``), a generic plan
     would otherwise evaluate it again for every candidate row (rank, recheck).
     """
     return sa.select(value).scalar_subquery()
@@ -404,15 +402,15 @@ class PostgresqlSearch(SearchRoute):
             return (self.rank(index, messages, shape), messages.c.id)
         # Substrings have no rank, so this is id order, which the primary key provides:
         # with the pattern unseen (``_once``) the planner would walk the key and test
-        # every row until 20 match — ~13,000 rows (25 ms) for a CJK term at 1M
-        # messages, the whole table for a rare one. As an expression the order is
-        # the index's to serve: its matches are read and sorted, as on the word route.
+        # every row until 20 match (the whole table for a rare term: docs/postgres.md).
+        # As an expression the order is the index's to serve: its matches are read and
+        # sorted, as on the word route.
         return (messages.c.id + 0,)
 
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         # Both routes' snippets are cut in Python from the row (``text_snippet``); on
-        # the word route as FTS5's snippet() writes them (``ts_headline`` cost ~0.1 ms
-        # a row on the server, and marked the words its own parser found).
+        # the word route as FTS5's snippet() writes them (``ts_headline`` marks the words
+        # its own parser finds, and costs the server a parse per row).
         return None
 
     def text_snippet(self, index: str, expression: str, row: dict) -> str:
