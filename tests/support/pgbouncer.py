@@ -383,7 +383,7 @@ POOLER_SUBSET = frozenset({
     "repository/test_concurrency.py::test_unit_that_stays_locked_raises_store_busy_after_the_attempts",
     "repository/test_concurrency.py::test_no_unit_runs_twice_under_contention",
     "repository/test_held_connections.py::test_an_insert_through_the_driver_returns_its_new_id",
-    "repository/test_dialect.py::test_json_text_statements_differing_only_in_the_key_are_not_confused",
+    "repository/test_constructs.py::test_json_text_statements_differing_only_in_the_key_are_not_confused",
     "repository/test_parity_differences.py::test_nul_queries_find_what_upstream_finds",
     "reliability/test_rel_load.py::test_four_writers_two_readers_lose_nothing",
     "reliability/test_rel_load.py::test_retries_under_forced_contention_never_apply_a_unit_twice",
