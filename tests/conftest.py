@@ -150,21 +150,21 @@ def pytest_generate_tests(metafunc):
 #: D19): ``scripts/test.sh`` runs it with
 #: ``HERMES_STATE_SQLITE_MODULE=pysqlite3 pytest -m "pysqlite3_leg and not postgres"``
 #: (every test runs on the default library, the standard library's sqlite3). Opening and
-#: writing, search on FTS5/trigram, WAL and checkpoints, processes writing at once,
-#: crashes, damaged files, adopting upstream files, doctor/status, and tests/sqlite.
+#: writing, search on FTS5/trigram, processes writing at once, crashes, adopting upstream
+#: files, doctor/status, and every test of ``SQLITE_TESTS`` (WAL and checkpoints, damaged
+#: files, the FTS5 layout, the library, files and their paths).
 LIBRARY_SUBSET = {
     "tests/repository/test_open_close.py",
     "tests/repository/test_concurrency.py",
     "tests/repository/test_messages.py",
     "tests/repository/test_search_sanitizer.py",
-    "tests/schema/test_head_fts.py",
-    "tests/reliability/test_rel_load.py",
-    "tests/reliability/test_rel_wal.py",
-    "tests/reliability/test_rel_crash.py",
-    "tests/reliability/test_rel_damaged_files.py",
+    "tests/reliability/test_load.py",
+    "tests/reliability/test_crash.py",
     "tests/migrations/test_adoption.py",
     "tests/cli/test_cli_search_maintenance.py",
 }
+#: the SQLite engine's own tests, all of them in the pysqlite3 leg
+SQLITE_TESTS = "tests/backends/sqlite/"
 
 
 def pytest_report_header(config):
@@ -180,7 +180,7 @@ def pytest_collection_modifyitems(config, items):
             where = Path(item.fspath).relative_to(root).as_posix()
         except ValueError:
             where = ""
-        if where in LIBRARY_SUBSET or where.startswith("tests/sqlite/"):
+        if where in LIBRARY_SUBSET or where.startswith(SQLITE_TESTS):
             item.add_marker(pytest.mark.pysqlite3_leg)
     missing = sorted(p for p in LIBRARY_SUBSET if not (root / p).is_file())
     if missing:  # moved or removed: the pysqlite3 leg would shrink silently

@@ -1,9 +1,9 @@
 """Hermes Agent 0.19.0's own code on hermes_store, flow by flow, against upstream (D15).
 
-One store is populated by upstream's own ``hermes_state`` (``support/populate.py``:
+One store is populated by upstream's own ``hermes_state`` (``support/workers/agent_populate.py``:
 sessions with tool calls and token counts, titles, a compression chain, Chinese/
 Japanese/Korean text, an old and an ended session), the file a user has when they switch.
-Three copies of it are driven side by side by the same script (``support/flows.py``) in
+Three copies of it are driven side by side by the same script (``support/workers/agent_flows.py``) in
 the suite's hermes-agent venv with ``hermes-store agent enable`` on:
 
 * **ours** — the switch in effect: the agent imports ``hermes_store.agent.hermes_state``
@@ -15,7 +15,7 @@ the suite's hermes-agent venv with ``hermes-store agent enable`` on:
   ``HERMES_HOME`` has no ``state.db``, and must still have none at the end.
 
 Every flow's result is compared with upstream's after masking what differs run to run
-(times, new ids, sizes: ``agent_support.normalise``). Rows are compared on upstream's
+(times, new ids, sizes: ``support.agent.normalise``). Rows are compared on upstream's
 columns: a store at head has more columns than upstream's schema 22, never different
 values in upstream's. Agent turns (``hermes -z``, ``chat --resume``, ``cron tick``) go
 to a loopback stub model, which records what each side offered it.
@@ -34,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from agent_support import (
-    SUPPORT,
+from support.agent import (
+    WORKERS,
     agent_env,
     normalise,
     require_agent_venv,
@@ -56,7 +56,7 @@ def _side_results(venv, side: str, home: Path, stub, url: str | None) -> dict:
     write_model_config(home, stub.base_url(side))
     env = agent_env(home, upstream=side == "upstream", url=url)
     out = home.parent / "flows.json"
-    run = run_agent_python(venv, SUPPORT / "flows.py", out, *GROUPS, env=env, timeout=1500)
+    run = run_agent_python(venv, WORKERS / "agent_flows.py", out, *GROUPS, env=env, timeout=1500)
     assert run.returncode == 0 and out.is_file(), f"{side}: {run.stderr[-4000:]}"
     data = json.loads(out.read_text())
     data["_stderr"] = run.stderr[-4000:]
@@ -77,7 +77,7 @@ def _shared_dir(tmp_path_factory) -> Path:
 def _populate(venv, folder: Path) -> Path:
     base = folder / "base" / "hermes"
     base.mkdir(parents=True)
-    run = run_agent_python(venv, SUPPORT / "populate.py", env=agent_env(base, upstream=True))
+    run = run_agent_python(venv, WORKERS / "agent_populate.py", env=agent_env(base, upstream=True))
     assert run.returncode == 0, run.stderr
     return base
 

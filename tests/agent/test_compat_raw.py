@@ -1,7 +1,7 @@
 """Every raw statement agent 0.19.0 sends through ``SessionDB._conn`` and
 ``_execute_write`` gives upstream's answer, on SQLite and on PostgreSQL (issue 16, item 2).
 
-The statements are read out of the agent's own source (``compat_support.raw_statements``)
+The statements are read out of the agent's own source (``support.agent_compat.raw_statements``)
 and run through upstream 0.19.0's ``hermes_state.SessionDB`` on a file and through ours
 on each engine, over the same data written by the same public calls, times pinned. The
 agent's own functions around them (the dashboard analytics, the latest-descendant walk,
@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from compat_support import (
+from support.agent_compat import (
     CUTOFFS,
     RAW_SQL_FILES,
     STARTS,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_support import agent_function, agent_root, agent_source
+from support.agent_compat import agent_function, agent_root, agent_source
 from conftest import copy_fixture
 from hermes_store.agent import hermes_state as ours
 from hermes_store.errors import DatabaseDamagedError, NotADatabaseError

@@ -1,6 +1,6 @@
 """``hermes-store agent enable|disable|status`` on environments of the test's own (D15).
 
-Each environment is a fresh venv standing in for an agent's (``agent_support.FakeEnv``):
+Each environment is a fresh venv standing in for an agent's (``support.agent.FakeEnv``):
 a ``hermes-agent`` distribution of the version a test wants, an upstream-looking
 ``hermes_state.py`` beside it, this checkout importable or not. The switch on the real
 hermes-agent 0.19.0 venv, with the agent's own code, is ``test_switch_agent.py``.
@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from agent_support import (
+from support.agent import (
     HOOK_FILE,
     UPSTREAM_STANDIN,
     flat,

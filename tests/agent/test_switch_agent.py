@@ -11,7 +11,7 @@ import os
 import subprocess
 
 import pytest
-from agent_support import HOOK_FILE, agent_env, require_agent_venv, store_cli
+from support.agent import HOOK_FILE, agent_env, require_agent_venv, store_cli
 
 pytestmark = pytest.mark.slow
 

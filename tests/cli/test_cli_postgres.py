@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from cli_support import *  # noqa: F403
+from support.cli import *  # noqa: F403
 from typer.main import get_command
 
 from hermes_store import SessionDB, migrate

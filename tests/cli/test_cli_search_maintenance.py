@@ -7,7 +7,7 @@ from hermes_store.backends.sqlite.library import dbapi as _dbapi
 sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import sqlalchemy as sa
-from cli_support import *  # noqa: F403
+from support.cli import *  # noqa: F403
 
 from hermes_store import SessionDB
 

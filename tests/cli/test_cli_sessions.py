@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cli_support import *  # noqa: F403
+from support.cli import *  # noqa: F403
 
 from hermes_store import SessionDB
 

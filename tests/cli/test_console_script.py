@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_support import *  # noqa: F403
+from support.cli import *  # noqa: F403
 
 
 def _command() -> list[str]:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_support import *  # noqa: F403
+from support.cli import *  # noqa: F403
 from conftest import copy_fixture
 
 from hermes_store import SessionDB, migrate

@@ -11,7 +11,7 @@ sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import pytest
 from conftest import UPSTREAM_FIXTURES, copy_fixture
-from mig_helpers import (
+from support.migrations import (
     alembic_revision,
     connect_ro,
     data_digest,

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 from alembic import command
 from conftest import copy_fixture
-from mig_helpers import (
+from support.migrations import (
     alembic_revision,
     connect_ro,
     data_digest,

@@ -8,7 +8,7 @@ sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
 import sqlalchemy as sa
 
-from mig_helpers import file_digest, fts_integrity_errors, fts_tables, connect_ro, run_alembic
+from support.migrations import file_digest, fts_integrity_errors, fts_tables, connect_ro, run_alembic
 
 from hermes_store import migrate
 

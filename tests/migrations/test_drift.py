@@ -13,7 +13,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from mig_helpers import schema_diff
+from support.migrations import schema_diff
 
 from hermes_store import migrate
 from hermes_store.backends.sqlite.engine import create_engine

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import fixture_schema
-from mig_helpers import ALEMBIC_OBJECTS, schema, schema_diff
+from support.migrations import ALEMBIC_OBJECTS, schema, schema_diff
 
 from hermes_store import migrate
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from mig_helpers import REPO, connect_ro
+from support.migrations import REPO, connect_ro
 from support import schema_dump
 
 from hermes_store import migrate, revisions

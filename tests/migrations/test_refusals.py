@@ -14,7 +14,7 @@ import threading
 
 import pytest
 from conftest import copy_fixture
-from mig_helpers import file_digest
+from support.migrations import file_digest
 
 from hermes_store import errors, migrate
 from hermes_store.backends.sqlite.errors import sqlite_errors

@@ -11,7 +11,7 @@ from hermes_store.backends.sqlite.library import dbapi as _dbapi
 
 sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
 
-from mig_helpers import row_counts, schema, schema_version
+from support.migrations import row_counts, schema, schema_version
 from support import schema_dump
 
 from hermes_store import migrate

@@ -4,7 +4,7 @@ upstream files that opted in adopted without loss, and a drift check that report
 branch instead of ignoring it.
 
 ``upstream-0.19.0-v22-telegram-topics.db`` was written by upstream 0.19.0 itself
-(tests/data/make_telegram_topics_fixture.py): the v22 fixture after enable/bind/disable.
+(tests/support/telegram_topics_fixture.py): the v22 fixture after enable/bind/disable.
 A version-1 file is derived from it here the only way one can be (0.19.0 no longer
 writes version 1): its bindings table rebuilt without ON DELETE CASCADE, key "1".
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_fixture
-from mig_helpers import connect_ro, file_digest, ordinary_tables, run_alembic, schema
+from support.migrations import connect_ro, file_digest, ordinary_tables, run_alembic, schema
 
 from hermes_store import SessionDB, migrate
 from hermes_store.errors import SchemaOutOfDateError, SchemaTooNewError

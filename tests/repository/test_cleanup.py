@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema
-from repo_helpers import backend, db, db_path, db_target, add_message, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, add_message, set_fields  # noqa: F401
 from support.upstream_state import load_hermes_state
 
 OLD = time.time() - 10 * 86400
@@ -227,14 +227,14 @@ def test_delete_session_if_empty_never_loses_a_message_written_meanwhile(db_targ
     # the delete wait for that commit, see the message, and keep the session.
     import multiprocessing
 
-    import cleanup_workers
+    from support.workers import cleanup
     from hermes_store.units import RetryPolicy
 
     with SessionDB(db_target) as setup:
         setup.create_session("s", "cli")
     spawn = multiprocessing.get_context("spawn")
     written = spawn.Event()
-    writer = spawn.Process(target=cleanup_workers.write_first_message_slowly,
+    writer = spawn.Process(target=cleanup.write_first_message_slowly,
                            args=(str(db_target), "s", written, 1.0))
     writer.start()
     assert written.wait(30), "the writer did not start"

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from hermes_store import SessionDB, StoreBusyError, schema
 from hermes_store.units import RetryPolicy
 from hermes_store.location import resolve
-import repo_workers
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.workers import concurrency
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 SPAWN = multiprocessing.get_context("spawn")
 #: a short busy timeout so the contended write goes through several retries quickly
@@ -24,7 +24,7 @@ QUICK = RetryPolicy(attempts=40, busy_timeout=0.1, jitter_min=0.01, jitter_max=0
 
 def _start_holder(db_target, hold_seconds):
     locked, release = SPAWN.Event(), SPAWN.Event()
-    proc = SPAWN.Process(target=repo_workers.hold_write_lock,
+    proc = SPAWN.Process(target=concurrency.hold_write_lock,
                          args=(str(db_target), locked, release, hold_seconds))
     proc.start()
     assert locked.wait(30), "lock holder did not start"
@@ -80,7 +80,7 @@ def test_no_unit_runs_twice_under_contention(db_target):
         db.set_meta("counter", "0")
     start, results = SPAWN.Event(), SPAWN.Queue()
     units = 25
-    workers = [SPAWN.Process(target=repo_workers.bump_counter,
+    workers = [SPAWN.Process(target=concurrency.bump_counter,
                              args=(str(db_target), units, start, results)) for _ in range(2)]
     for w in workers:
         w.start()
@@ -149,7 +149,7 @@ def test_reader_never_sees_half_a_unit(db_target):
     with SessionDB(db_target) as db:
         db.create_session("s", "cli")
     start = SPAWN.Event()
-    writer = SPAWN.Process(target=repo_workers.append_many, args=(str(db_target), "s", 60, start))
+    writer = SPAWN.Process(target=concurrency.append_many, args=(str(db_target), "s", 60, start))
     writer.start()
     usage = schema.session_model_usage
     observed = set()
@@ -204,7 +204,7 @@ def test_concurrent_appenders_lose_and_double_nothing(db_target):
             db.create_session(sid, "cli")
     start, results = SPAWN.Event(), SPAWN.Queue()
     rounds = 15
-    workers = [SPAWN.Process(target=repo_workers.append_concurrently,
+    workers = [SPAWN.Process(target=concurrency.append_concurrently,
                              args=(str(db_target), n, rounds, start, results))
                for n in range(4)]
     for w in workers:
@@ -239,7 +239,7 @@ def test_processes_claiming_one_title_at_once_one_wins(db_target, claimers):
             db.create_session(f"claimer-{n}", "cli")
     go = [SPAWN.Barrier(claimers) for _ in range(rounds)]
     results = SPAWN.Queue()
-    workers = [SPAWN.Process(target=repo_workers.claim_titles,
+    workers = [SPAWN.Process(target=concurrency.claim_titles,
                              args=(str(db_target), f"claimer-{n}", rounds, go, results))
                for n in range(claimers)]
     for w in workers:
@@ -270,7 +270,7 @@ def test_processes_numbering_titles_of_one_lineage_at_once_get_distinct_numbers(
         for n in range(claimers):
             db.create_session(f"numbered-{n}", "cli")
     barrier, results = SPAWN.Barrier(claimers), SPAWN.Queue()
-    workers = [SPAWN.Process(target=repo_workers.number_title,
+    workers = [SPAWN.Process(target=concurrency.number_title,
                              args=(str(db_target), f"numbered-{n}", "Deploy", barrier, results))
                for n in range(claimers)]
     for w in workers:

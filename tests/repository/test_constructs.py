@@ -16,7 +16,7 @@ from hermes_store.sql.constructs import (
     starts_with,
 )
 
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 S = schema.sessions
 

@@ -12,7 +12,7 @@ import pytest
 
 from hermes_store.errors import InvalidArgumentError
 
-from repo_helpers import backend, db, db_path, db_target, raw_rows, reopen, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, raw_rows, reopen, set_fields  # noqa: F401
 
 PEER_FIELDS = ("source", "session_key", "user_id", "chat_id", "chat_type", "thread_id",
                "display_name", "origin_json")

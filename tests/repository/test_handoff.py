@@ -13,8 +13,8 @@ import pytest
 
 from hermes_store import SessionDB
 
-import handoff_workers
-from repo_helpers import backend, db, db_path, db_target, set_fields  # noqa: F401
+from support.workers import handoff
+from support.repository import backend, db, db_path, db_target, set_fields  # noqa: F401
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -151,7 +151,7 @@ def test_exactly_one_of_two_processes_wins_each_claim(db_target):
             db.create_session(sid, "cli")
             assert db.request_handoff(sid, "telegram")
     barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
-    claimers = [SPAWN.Process(target=handoff_workers.claim_each,
+    claimers = [SPAWN.Process(target=handoff.claim_each,
                               args=(str(db_target), rounds, barrier, results))
                 for _ in range(2)]
     for proc in claimers:

@@ -16,7 +16,7 @@ from hermes_store import SessionDB, StoreClosedError, schema
 from hermes_store.backends.base import get
 from hermes_store.location import resolve
 from hermes_store.sql.prebuilt import Prebuilt
-from repo_helpers import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
+from support.repository import copy_head, backend, db, db_path, db_target, other_target  # noqa: F401
 
 
 def _open_descriptors(path: Path) -> int:
@@ -68,7 +68,7 @@ def test_close_releases_the_connections_of_threads_still_running(db_path):
 
 
 @pytest.mark.sqlite_only("kept connections are SQLite's (PostgreSQL checks out per call: "
-                         "tests/postgres/test_pg_store.py)")
+                         "tests/backends/postgresql/test_store.py)")
 def test_a_thread_that_ends_releases_its_connections(db):
     _use(db, "main")
 

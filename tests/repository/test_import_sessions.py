@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema
 from hermes_store.errors import InvalidArgumentError, StoreReadOnlyError
-from repo_helpers import copy_head, backend, db, db_path, db_target, reopen  # noqa: F401
+from support.repository import copy_head, backend, db, db_path, db_target, reopen  # noqa: F401
 from support.upstream_state import load_hermes_state
 
 T0 = 1_700_000_000.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from repo_helpers import backend, db, db_path, db_target, add_message, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, add_message, set_fields  # noqa: F401
 
 
 def _chain(db):

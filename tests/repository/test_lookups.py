@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from repo_helpers import backend, db, db_path, db_target, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, set_fields  # noqa: F401
 
 
 def session(db, sid, *, started, source="cli", cwd=None, parent=None, end=None,

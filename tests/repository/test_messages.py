@@ -9,7 +9,7 @@ import pytest
 from hermes_store import SessionNotFoundError, schema
 from hermes_store.errors import InvalidArgumentError
 
-from repo_helpers import backend, db, db_path, db_target, fts_hits, raw_rows  # noqa: F401
+from support.repository import backend, db, db_path, db_target, fts_hits, raw_rows  # noqa: F401
 
 MESSAGE_COLUMNS = set(schema.messages.c.keys())
 

@@ -13,7 +13,7 @@ from hermes_store.errors import InvalidArgumentError
 from hermes_store.sql import prebuilt
 from hermes_store.repository.messages import MessagesMixin
 
-from repo_helpers import backend, db, db_path, db_target, other_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target, other_target  # noqa: F401
 
 #: one of every kind of message the encoding rules treat differently
 MIXED = [

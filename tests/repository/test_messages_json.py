@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 
 def write_behind(db, sql, **params):

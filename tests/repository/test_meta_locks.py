@@ -7,7 +7,7 @@ import time
 import sqlalchemy as sa
 
 from hermes_store import schema
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 
 def test_meta_roundtrip(db):

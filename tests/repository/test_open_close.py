@@ -1,6 +1,6 @@
 """Opening and closing SessionDB: paths, permissions, refusals (SQLite files), read-only
 and close (both engines); PostgreSQL's own opening cases are in
-``tests/postgres/test_pg_store.py``."""
+``tests/backends/postgresql/test_store.py``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from hermes_store import (
 )
 from hermes_store.errors import StoreNotFoundError, StoreReadOnlyError
 from conftest import copy_fixture
-from repo_helpers import copy_head, backend, db, db_path, db_target  # noqa: F401
+from support.repository import copy_head, backend, db, db_path, db_target  # noqa: F401
 
 
 def _digest(path):
@@ -175,7 +175,7 @@ def _frames_checkpointed(path) -> bool:
 
 def test_maintenance_calls(db):
     db.create_session("s", "cli")
-    from repo_helpers import add_message, fts_hits
+    from support.repository import add_message, fts_hits
     add_message(db, "s", "user", "maintenanceword")
     assert db.rebuild_fts() >= 2
     assert db.optimize_fts() >= 2
@@ -191,7 +191,7 @@ def test_maybe_auto_prune_and_vacuum(db):
     db.set_meta("last_auto_prune", "garbage")
     db.create_session("old", "cli")
     db.end_session("old", "done")
-    from repo_helpers import set_fields
+    from support.repository import set_fields
     set_fields(db, "old", started_at=1.0)
     assert db.maybe_auto_prune_and_vacuum() == {"skipped": False, "pruned": 1, "vacuumed": True}
 

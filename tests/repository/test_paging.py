@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store.backends.base import backend_of
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 PAGES = [(3, 0), (3, 3), (3, 7), (0, 0), (-1, 0), (-1, 4), (5, -2), (100, 8)]
 

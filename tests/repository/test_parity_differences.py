@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from hermes_store import SessionDB, schema, transfer
 from hermes_store.sql.values import prompt_hash
-from repo_helpers import copy_head, backend, db, db_path, db_target  # noqa: F401
+from support.repository import copy_head, backend, db, db_path, db_target  # noqa: F401
 from support.upstream_state import load_hermes_state
 
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import schema
-from repo_helpers import (  # noqa: F401
+from support.repository import (  # noqa: F401
     add_message, backend, db, db_path, db_target, fts_hits, set_fields,
 )
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from hermes_store import SessionDB
 from hermes_store.backends.sqlite.fts import ddl as fts_ddl
 
-from repo_helpers import backend, db, db_path, db_target, reopen  # noqa: F401
+from support.repository import backend, db, db_path, db_target, reopen  # noqa: F401
 
 RESULT_KEYS = {"id", "session_id", "role", "snippet", "timestamp", "tool_name", "source",
                "model", "session_started", "context"}
@@ -221,7 +221,7 @@ def _write_before(db, write, last):
 
 
 @pytest.mark.sqlite_only("PostgreSQL reads the page and its rows in one statement "
-                         "(tests/postgres/test_pg_store.py)")
+                         "(tests/backends/postgresql/test_store.py)")
 @pytest.mark.parametrize("query, sort", [("docker", "newest"), ("记忆", None)])
 def test_a_page_and_its_rows_are_read_in_one_snapshot(db, query, sort):
     # a time-ordered page (and the short-CJK scan) reads ids first, then their rows: a

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import event
 
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from hermes_store import SessionDB
 from hermes_store.fts import query as fq
 from hermes_store.backends.sqlite.fts.ddl import FTS_TABLE, TRIGRAM_TABLE
 
-from repo_helpers import copy_head
+from support.repository import copy_head
 
 RESULT_KEYS = {"id", "session_id", "role", "snippet", "timestamp", "tool_name", "source",
                "model", "session_started", "context"}

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from hermes_store import SessionNotFoundError, schema
 from hermes_store.errors import InvalidArgumentError
 
-from repo_helpers import backend, db, db_path, db_target, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, set_fields  # noqa: F401
 
 
 def test_create_returns_id_and_fills_defaults(db):

@@ -101,7 +101,7 @@ def test_only_the_phrases_of_a_satisfied_operand_are_marked():
     # "docker build OR exit code" on "docker-compose failed: exit code 137": the row
     # holds (exit AND code), not (docker AND build): docker stays unmarked. (FTS5 marks
     # the phrases whose iterators stand on the row: in a table of many rows, those of
-    # the operands the row satisfies — tests/postgres/test_pg_search_layer.py holds the
+    # the operands the row satisfies — tests/backends/postgresql/test_fts_search.py holds the
     # two equal over its corpus; in a table of one row, every phrase the row holds.)
     phrases = [Phrase(("docker",)), Phrase(("build",)), Phrase(("exit",)), Phrase(("code",))]
     operands = [[(0, False), (1, False)], [(2, False), (3, False)]]

@@ -18,7 +18,7 @@ from hermes_store.errors import (
     StoreReadOnlyError,
 )
 from hermes_store.location import resolve
-from repo_helpers import add_message, backend, db, db_path, db_target, set_fields  # noqa: F401
+from support.repository import add_message, backend, db, db_path, db_target, set_fields  # noqa: F401
 
 SPAWN = multiprocessing.get_context("spawn")
 TOPIC_TABLES = {"telegram_dm_topic_mode", "telegram_dm_topic_bindings",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_store import SessionDB, TitleError
-from repo_helpers import backend, db, db_path, db_target, set_fields  # noqa: F401
+from support.repository import backend, db, db_path, db_target, set_fields  # noqa: F401
 
 
 @pytest.mark.parametrize("raw, clean", [

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_store import schema
-from repo_helpers import backend, db, db_path, db_target  # noqa: F401
+from support.repository import backend, db, db_path, db_target  # noqa: F401
 
 
 def usage_rows(db, session_id):

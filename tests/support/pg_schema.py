@@ -1,5 +1,5 @@
 """A PostgreSQL database's schema, described in ``schema_dump``'s shape so that a
-PostgreSQL head can be compared with a SQLite head (``tests/postgres/test_pg_parity.py``).
+PostgreSQL head can be compared with a SQLite head (``tests/backends/postgresql/test_head_parity.py``).
 
 ``describe(conn)`` (a psycopg connection) returns::
 

@@ -385,8 +385,8 @@ POOLER_SUBSET = frozenset({
     "repository/test_held_connections.py::test_an_insert_through_the_driver_returns_its_new_id",
     "repository/test_constructs.py::test_json_text_statements_differing_only_in_the_key_are_not_confused",
     "repository/test_parity_differences.py::test_nul_queries_find_what_upstream_finds",
-    "reliability/test_rel_load.py::test_four_writers_two_readers_lose_nothing",
-    "reliability/test_rel_load.py::test_retries_under_forced_contention_never_apply_a_unit_twice",
+    "reliability/test_load.py::test_four_writers_two_readers_lose_nothing",
+    "reliability/test_load.py::test_retries_under_forced_contention_never_apply_a_unit_twice",
 })
 #: the suites whose ``backend`` fixtures know the pooler backends (``through_pooler``)
 POOLER_SUITES = ("repository", "reliability")

@@ -1,0 +1,278 @@
+"""Migrations on PostgreSQL (D12): one baseline at 0030, nothing below it, the paired-revision
+rule, the advisory lock, drift detection — through the real `alembic` command and the API."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import sqlalchemy as sa
+
+from alembic.migration import MigrationContext
+
+from hermes_store import errors, migrate
+from hermes_store.backends.postgresql.migrate import create as pg_create
+from hermes_store.backends.postgresql.migrate import env as pg_env
+from hermes_store.backends.postgresql.migrate import inspect as pg_inspect
+from hermes_store.backends.postgresql import locks as pg_locks
+from hermes_store.backends.postgresql import engine as postgres
+from hermes_store.location import resolve
+from support import pg_schema
+
+REPO = Path(__file__).resolve().parents[3]
+VERSIONS = migrate.MIGRATIONS_DIR / "versions"
+
+
+def run_alembic(*args: str, url: str, home: Path) -> subprocess.CompletedProcess:
+    """The real alembic CLI from the repository root (alembic.ini there)."""
+    env = dict(os.environ, HERMES_HOME=str(home))
+    env.pop("HERMES_STATE_DATABASE_URL", None)
+    return subprocess.run([sys.executable, "-m", "alembic", "-x", f"db={url}", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _db(url: str) -> str:
+    return sa.engine.make_url(url).database
+
+
+def _query(pg_server, url: str, sql: str) -> list[tuple]:
+    with pg_server.connect(_db(url)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def test_alembic_upgrade_head_on_an_empty_database_reaches_0030(pg_server, pg_empty_url, tmp_path):
+    up = run_alembic("upgrade", "head", url=pg_empty_url, home=tmp_path)
+    assert up.returncode == 0, up.stderr
+    cur = run_alembic("current", url=pg_empty_url, home=tmp_path)
+    assert cur.returncode == 0, cur.stderr
+    assert cur.stdout.split()[:2] == ["0030", "(head)"]
+    assert migrate.current(pg_empty_url) == "0030" == migrate.head()
+    assert _query(pg_server, pg_empty_url, "SELECT version FROM schema_version") == [(30,)]
+    assert migrate.check(pg_empty_url).ok
+    assert list(tmp_path.iterdir()) == []  # no SQLite file anywhere
+
+
+def test_the_api_reports_the_baseline_as_one_step(pg_empty_url):
+    steps = []
+    assert migrate.upgrade(pg_empty_url, progress=lambda *a: steps.append(a)) == "0030"
+    assert steps == [("0030", "PostgreSQL baseline: the head schema of v30")]
+    assert migrate.upgrade(pg_empty_url) == "0030"  # at head: nothing to do
+    assert migrate.schema_version_of(pg_empty_url) == 30
+
+
+def test_the_frozen_baseline_equals_the_live_head_definitions(pg_server, pg_empty_url):
+    # While the head is 0030, the baseline (frozen text) and schema.py + fts/postgres.py +
+    # display_order.py must build the very same schema; after 0031 this becomes
+    # "baseline + 0031 == live".
+    migrate.upgrade(pg_empty_url)
+    live = pg_server.create_database(pg_server.new_name("live"))
+    try:
+        engine = postgres.create_engine(resolve(live), poolclass=sa.pool.NullPool)
+        with engine.begin() as conn:
+            pg_create.create_head(conn)
+        engine.dispose()
+        with pg_server.connect(_db(pg_empty_url)) as a, pg_server.connect(_db(live)) as b:
+            baseline_items, live_items = pg_schema.schema_items(a), pg_schema.schema_items(b)
+    finally:
+        pg_server.drop_database(_db(live))
+    assert len(baseline_items) > 200
+    missing = sorted(set(live_items) - set(baseline_items))
+    extra = sorted(set(baseline_items) - set(live_items))
+    assert (missing, extra) == ([], [])
+
+
+def test_the_baseline_refuses_a_database_it_cannot_live_in(pg_server, tmp_path):
+    name = pg_server.new_name("ascii")
+    pg_server.admin(f'CREATE DATABASE "{name}" ENCODING \'SQL_ASCII\' TEMPLATE template0 '
+                    "LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        with pytest.raises(errors.UnsupportedServerError, match="encoding is SQL_ASCII, not UTF8"):
+            migrate.upgrade(pg_server.url(name))
+        assert migrate.current(pg_server.url(name)) is None
+    finally:
+        pg_server.drop_database(name)
+
+
+def test_tables_that_are_not_a_store_are_left_alone(pg_server, pg_empty_url):
+    with pg_server.connect(_db(pg_empty_url)) as conn:
+        conn.execute("CREATE TABLE customers (id int)")
+    with pytest.raises(errors.NotADatabaseError, match="not a hermes_store database"):
+        migrate.upgrade(pg_empty_url)
+    assert _query(pg_server, pg_empty_url,
+                  "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [("customers",)]
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_a_downgrade_below_the_baseline_is_refused(pg_server, pg_url, tmp_path):
+    for target in ("0029", "base", "-1"):
+        result = run_alembic("downgrade", target, url=pg_url, home=tmp_path)
+        assert result.returncode != 0
+        assert "cannot downgrade below 0030" in result.stderr
+        assert "Traceback" not in result.stderr
+    with pytest.raises(errors.SchemaError, match="cannot downgrade below 0030"):
+        migrate.downgrade(pg_url, "0022")
+    assert migrate.current(pg_url) == "0030" and migrate.check(pg_url).ok
+
+
+def test_no_revision_below_the_baseline_is_reached_any_other_way(pg_server, pg_url, pg_empty_url):
+    with pytest.raises(errors.SchemaError, match="cannot stamp 0022"):
+        migrate.stamp(pg_url, "0022")
+    assert migrate.current(pg_url) == "0030"
+    with pytest.raises(errors.SchemaError, match="cannot upgrade an empty database to 0022"):
+        migrate.upgrade(pg_empty_url, "0022")
+    with pytest.raises(errors.SchemaError, match="stamping an empty database"):
+        migrate.stamp(pg_empty_url, "head")
+    assert migrate.current(pg_empty_url) is None
+    assert _query(pg_server, pg_empty_url,
+                  "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+
+
+def test_a_server_error_prints_one_line_through_the_cli(tmp_path):
+    url = f"postgresql+psycopg://u:secret-pw@/db?host={tmp_path}"
+    result = run_alembic("upgrade", "head", url=url, home=tmp_path)
+    assert result.returncode != 0
+    assert "cannot reach the PostgreSQL server" in result.stderr and "u:***@" in result.stderr
+    assert "secret-pw" not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- the paired rule
+
+
+def dialect_problems(source: str, number: int) -> list[str]:
+    """The rule of docs/migrations.md for revision ``number``: from 0031 on, a revision
+    declares ``dialects = ("sqlite", "postgresql")`` (it handles both engines)."""
+    if number <= int(pg_create.BASELINE):
+        return []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == pg_env.DIALECTS_ATTRIBUTE
+                for t in node.targets):
+            value = ast.literal_eval(node.value)
+            if set(value) >= {"sqlite", "postgresql"}:
+                return []
+            return [f"{number:04d}: dialects = {value!r} leaves an engine out"]
+    return [f"{number:04d}: no `dialects = (\"sqlite\", \"postgresql\")`"]
+
+
+def test_every_revision_after_the_baseline_handles_both_engines():
+    problems = []
+    for path in sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py")):
+        problems += dialect_problems(path.read_text(), int(path.name[:4]))
+    assert problems == []
+    # the rule itself
+    assert dialect_problems('revision = "0031"\n', 31) == ['0031: no `dialects = ("sqlite", "postgresql")`']
+    assert dialect_problems('dialects = ("sqlite",)\n', 31) == ["0031: dialects = ('sqlite',) leaves an engine out"]
+    assert dialect_problems('dialects = ("sqlite", "postgresql")\n', 31) == []
+    assert dialect_problems("", 30) == []
+
+
+def test_env_refuses_to_run_a_revision_that_does_not_handle_postgresql():
+    target = resolve("postgresql://u@h/db")
+    scripts = migrate.scripts.scripts()
+    state = pg_inspect.DbState("alembic", "0030", frozenset())
+    module = SimpleNamespace()  # a revision 0031 without `dialects`
+    step = SimpleNamespace(revision=SimpleNamespace(revision="0031", module=module),
+                           to_revisions=("0031",), is_upgrade=True)
+    with pytest.raises(errors.SchemaError, match="revision 0031 does not declare dialects"):
+        pg_env._check_plan([step], state, target, scripts)
+    module.dialects = ("sqlite", "postgresql")
+    assert pg_env._check_plan([step], state, target, scripts) is False
+
+
+def test_the_baseline_is_frozen_like_a_revision():
+    source = (migrate.MIGRATIONS_DIR / "pg_baseline.py").read_text()
+    imports = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(getattr(n, "module", None) == "__future__" for n in imports)
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+def _waiting_for_the_lock(pg_server, url: str) -> int:
+    return _query(pg_server, url, (
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+        f"WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '{_db(url)}'"))[0][0]
+
+
+def test_two_concurrent_deploys_cannot_race(pg_server, pg_empty_url, tmp_path):
+    # This test holds the migration lock while two `alembic upgrade head` processes
+    # start; both must wait for it, then one creates the baseline and the other finds
+    # the work done (without the lock both would create the same tables).
+    key = pg_locks.MIGRATION_LOCK_KEY
+    with pg_server.connect(_db(pg_empty_url)) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+        env = dict(os.environ, HERMES_HOME=str(tmp_path))
+        deploys = [subprocess.Popen(
+            [sys.executable, "-m", "alembic", "-x", f"db={pg_empty_url}", "upgrade", "head"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+        try:
+            while _waiting_for_the_lock(pg_server, pg_empty_url) < 2:
+                assert all(d.poll() is None for d in deploys), [d.communicate() for d in deploys]
+                time.sleep(0.05)
+            assert migrate.current(pg_empty_url) is None  # nothing ran while locked
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        outcomes = [d.communicate(timeout=300) + (d.returncode,) for d in deploys]
+    assert [code for _, _, code in outcomes] == [0, 0], outcomes
+    assert migrate.current(pg_empty_url) == "0030"
+    assert _query(pg_server, pg_empty_url, "SELECT version FROM schema_version") == [(30,)]
+    assert _query(pg_server, pg_empty_url, "SELECT version_num FROM alembic_version") == [("0030",)]
+    assert migrate.check(pg_empty_url).ok
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def test_check_reports_real_drift_readably(pg_server, pg_url):
+    assert migrate.check(pg_url).drift == []
+    with pg_server.connect(_db(pg_url)) as conn:
+        conn.execute("DROP INDEX idx_sessions_source")
+        conn.execute("CREATE TABLE scratch (x int)")
+        conn.execute("ALTER TABLE messages ADD COLUMN extra text")
+    result = migrate.check(pg_url)
+    assert result.at_head and not result.ok
+    assert sorted(result.drift) == [
+        "add_index idx_sessions_source on sessions(source)",
+        "remove_column messages.extra",
+        "remove_table scratch",
+    ]
+
+
+def test_the_revision_helpers_probe_postgresql_catalogs(pg_url):
+    from alembic.operations import Operations
+
+    from hermes_store.migrations import helpers as h
+
+    engine = postgres.create_engine(resolve(pg_url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn, Operations.context(MigrationContext.configure(conn)):
+            assert h.dialect() == "postgresql"
+            assert h.has_table("sessions") and not h.has_table("nope")
+            assert h.has_index("idx_sessions_source") and not h.has_index("nope")
+            assert h.has_trigger("messages_display_order_insert")
+            assert not h.has_view("nope")
+            assert h.columns_of("schema_version") == ["version"]
+            h.add_columns("schema_version", sa.Column("note", sa.Text))
+            h.add_columns("schema_version", sa.Column("note", sa.Text))  # idempotent
+            assert h.has_column("schema_version", "note")
+            conn.rollback()
+    finally:
+        engine.dispose()
+
+
+def test_a_new_revision_from_the_template_declares_both_engines(tmp_path):
+    template = (migrate.MIGRATIONS_DIR / "script.py.mako").read_text()
+    assert 'dialects = ("sqlite", "postgresql")' in template
