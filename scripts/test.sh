@@ -80,7 +80,7 @@ if [ $# -eq 0 ]; then
     echo "test.sh: the host leg (--host-sqlite)" >&2
     env -u HERMES_STATE_SQLITE_MODULE python -m pytest -n 2 tests/repository -m "not postgres" --host-sqlite
 fi
-# The pysqlite3 leg: the named subset (tests/conftest.py, LIBRARY_SUBSET) on the opt-in
+# The pysqlite3 leg: the named subset (tests/conftest.py: LIBRARY_SUBSET, SQLITE_TESTS) on the opt-in
 # library (decision D19: the default is the standard library's sqlite3), where the
 # platform has a pysqlite3 wheel.
 if [ $# -eq 0 ] && [ -z "${HERMES_TEST_SKIP_PYSQLITE3_LEG:-}" ] \
