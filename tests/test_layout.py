@@ -110,6 +110,21 @@ def test_every_helper_lives_in_the_support_package():
     assert not tests_in_support, f"test files in the support package: {tests_in_support}"
 
 
+def test_the_named_subsets_name_test_files_that_exist():
+    """The pysqlite3 leg (``LIBRARY_SUBSET``, ``SQLITE_TESTS``) and the pooler runs
+    (``POOLER_SUBSET``, ``POOLER_SUITES``) name tests by path: a file moved or renamed
+    without them would shrink them silently."""
+    from conftest import LIBRARY_SUBSET, SQLITE_TESTS
+    from support.pgbouncer import POOLER_SUBSET, POOLER_SUITES
+
+    missing = [p for p in sorted(LIBRARY_SUBSET) if not (ROOT / p).is_file()]
+    missing += [f for f in sorted({n.split("::")[0] for n in POOLER_SUBSET})
+                if not (TESTS / f).is_file()]
+    missing += [d for d in (SQLITE_TESTS, *(f"tests/{s}" for s in POOLER_SUITES))
+                if not (ROOT / d).is_dir()]
+    assert not missing, f"named in the subsets but not there: {missing}"
+
+
 def test_the_cross_cutting_entries_exist():
     assert all((TESTS / name).exists() for name in CROSS_CUTTING), \
         [name for name in CROSS_CUTTING if not (TESTS / name).exists()]
