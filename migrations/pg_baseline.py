@@ -9,7 +9,7 @@ below, in one transaction — and stamps ``0030`` in that same transaction. Revi
 Like every revision, this file is frozen: it holds the DDL *as of schema version 30*
 and imports nothing from ``hermes_store.schema`` or ``hermes_store.fts`` (D3). When the
 head moves on, the next revision changes both engines; this text stays as it is.
-``tests/postgres/test_pg_migrations.py`` checks that a database built from it equals one
+``tests/backends/postgresql/test_migrate.py`` checks that a database built from it equals one
 built from the live definitions (``hermes_store.migrate_pg.create_head``) as long as
 the head is 0030, and the head-parity test compares it with SQLite's head.
 

@@ -232,7 +232,7 @@ def test_optimize_merges_in_bounded_steps_and_keeps_the_index_right(head_engine)
         calls += 1
         assert calls < 100, "optimize never reported completion"
         with head_engine.begin() as conn:
-            finished = maintenance.optimize(conn, pages=8, steps=2)
+            finished = fts5_maintenance.optimize(conn, pages=8, steps=2)
 
     with head_engine.begin() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM messages_fts_data").scalar() < segments_before
@@ -240,7 +240,7 @@ def test_optimize_merges_in_bounded_steps_and_keeps_the_index_right(head_engine)
         assert len(match(conn, ddl.FTS_TABLE, "vocabulary")) == 200
         assert len(match(conn, ddl.TRIGRAM_TABLE, "batch17")) == 5
         with pytest.raises(ValueError):
-            maintenance.optimize(conn, steps=0)
+            fts5_maintenance.optimize(conn, steps=0)
 
 
 def test_fts_sizes_with_and_without_dbstat(head_engine, monkeypatch):
@@ -328,7 +328,7 @@ def test_cjk_index_when_a_tokenizer_is_there(tmp_path):
         assert indexed_ids(conn, ddl.CJK_TABLE) == {tool}
         assert maintenance.integrity_check(conn) == []
         assert maintenance.rebuild(conn) == list(ddl.FTS_TABLES)
-        assert maintenance.optimize(conn, steps=50)
+        assert fts5_maintenance.optimize(conn, steps=50)
         assert set(maintenance.fts_sizes(conn)) == set(ddl.FTS_TABLES)
     engine.dispose()
 
