@@ -7,8 +7,8 @@ path made of such characters, and the oracle is independent of the store: the st
 library's ``sqlite3`` opens exactly that path in a child process (never in this one: a
 second connection opened and closed here would drop the store's POSIX locks) and reads
 the rows written; the file's mode is 0600; and after the store closed, nothing else
-appeared beside it nor in the directory above (the documented ``<db>.migrate.lock`` of a
-store a migration or creation wrote is the one companion allowed).
+appeared beside it nor in the directory above (the migration lock exists only while a
+migration holds it).
 
 A leading ``~``: only ``~`` and ``~/`` mean the home directory; ``~weird/…`` is a literal
 name relative to the working directory (``hermes_store.backends.sqlite.files.uri``).
@@ -47,7 +47,6 @@ CASES = {
 #: for the slow entry points (a real alembic process, a PostgreSQL round trip, the agent
 #: switch): everything at once, and the literal leading ``~``
 NASTY = ["combo", "tilde"]
-LOCK = ".migrate.lock"
 
 #: the independent oracle: the interpreter's own sqlite3 in a fresh process
 _ORACLE = r"""
@@ -136,7 +135,6 @@ class Place:
             if os.path.exists(f"{path}-wal"):
                 assert os.path.getsize(f"{path}-wal") == 0
                 allowed.add(f"{path.name}-wal")
-        allowed |= {name + LOCK for name in allowed if name.endswith(".db")}
         assert listing(path.parent) <= allowed, sorted(listing(path.parent))
         assert path.name in listing(path.parent)
         return found

@@ -95,6 +95,11 @@ def migration_lock(path: Path) -> Iterator[None]:
     the same step. An advisory lock on ``<db>.migrate.lock`` makes the second wait,
     then find the work done. (The database file itself cannot be flock()ed safely:
     closing any descriptor of it drops SQLite's own POSIX locks.)
+
+    The lock file exists only while a holder has it, so a store leaves nothing beside
+    it: the holder unlinks it before it lets go, and a waiter that then gets the lock
+    of the unlinked file sees that the path names another file (or none) and takes the
+    lock again at the path.
     """
     try:
         import fcntl
@@ -102,15 +107,32 @@ def migration_lock(path: Path) -> Iterator[None]:
         yield
         return
     lock_path = Path(f"{path}.migrate.lock")
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:  # read-only directory: nothing will be written anyway
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(lock_path)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break  # the lock of the file at the path: ours
+        os.close(fd)  # the previous holder unlinked it: take the new one
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:  # read-only directory: nothing will be written anyway
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        try:
+            os.unlink(lock_path)
+        except OSError:
+            pass
         os.close(fd)
 
 
