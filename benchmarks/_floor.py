@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import event
 
+from hermes_store.backends.sqlite.files.uri import file_uri  # noqa: E402
 from hermes_store.backends.sqlite.library import dbapi  # noqa: E402
 
 sqlite3 = dbapi()  # the store's SQLite library: the floor runs on the same one
@@ -97,7 +98,7 @@ class Floor:
 
     def _connect(self):
         if self.read_only:
-            c = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+            c = sqlite3.connect(file_uri(self.path, mode="ro"), uri=True, isolation_level=None,
                                 check_same_thread=False, timeout=1.0)
         else:
             c = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,

@@ -16,6 +16,7 @@ Target: peak RSS < 200 MB at 1M messages.
 
 from __future__ import annotations
 
+from hermes_store.backends.sqlite.files.uri import file_uri
 from hermes_store.backends.sqlite.library import dbapi as _dbapi
 
 sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
@@ -48,7 +49,7 @@ REBUILD_FLOOR = (
 
 
 def _counts(path: Path) -> dict:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True)
     try:
         return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("sessions", "messages")}
     finally:

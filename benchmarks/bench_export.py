@@ -25,17 +25,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
 from _common import human, log, main_for, run_measured  # noqa: E402
+from hermes_store.backends.sqlite.files.uri import file_uri  # noqa: E402
 
 NAME = "export"
 RSS_TARGET_MB = 200
 
 FLOOR = r"""
 import json, sqlite3, sys
-conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+conn = sqlite3.connect(sys.argv[1], uri=True)  # a read-only file: URI
 conn.row_factory = sqlite3.Row
 out = open(sys.argv[2], "w", encoding="utf-8")
 sessions = conn.execute("SELECT * FROM sessions ORDER BY started_at, id")
-reader = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+reader = sqlite3.connect(sys.argv[1], uri=True)
 reader.row_factory = sqlite3.Row
 for s in sessions:
     out.write(json.dumps({"session": dict(s)}, ensure_ascii=False) + "\n")
@@ -85,7 +86,7 @@ def run(args, report) -> None:
             up_cmd = [sys.executable, "-c", "import sys\n" + _upstream.child_prelude(home) + UPSTREAM,
                       str(up_db), str(work / "up.jsonl")]
         cmd, how = ours_command(ours_db, work / "ours.jsonl")
-        floor_cmd = [sys.executable, "-c", FLOOR, str(ours_db), str(work / "floor.jsonl")]
+        floor_cmd = [sys.executable, "-c", FLOOR, file_uri(ours_db, mode="ro"), str(work / "floor.jsonl")]
         runs: dict[str, list[dict]] = {"ours": [], "floor": [], "upstream": []}
         rounds = max(1, min(args.rounds, 3 if n < 1_000_000 else 2))
         for r in range(rounds):

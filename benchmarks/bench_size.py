@@ -8,6 +8,7 @@ FTS table). Sizes are measured after a TRUNCATE checkpoint, page-exact from dbst
 
 from __future__ import annotations
 
+from hermes_store.backends.sqlite.files.uri import file_uri
 from hermes_store.backends.sqlite.library import dbapi as _dbapi
 
 sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
@@ -33,7 +34,7 @@ def group_of(name: str, tbl: str) -> str:
 
 
 def breakdown(path: Path) -> tuple[int, dict[str, int], int]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True)
     try:
         owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master"))
         groups: dict[str, int] = defaultdict(int)
