@@ -49,6 +49,9 @@ CROSS_CUTTING = {
                    "writers and readers, hostile input, user-pain regressions), on both "
                    "engines where a test asks for backend; one of the pooler suites "
                    "(support/pgbouncer.POOLER_SUITES)",
+    "faults": "the storage failures users met (issue 31, decision D20), one module per "
+              "failure, each caused for real and checked against an oracle of "
+              "acknowledged writes; a failure crosses engine, files and repository",
     "test_layout.py": "this file: it tests tests/ itself",
 }
 

@@ -28,6 +28,7 @@ from ...driver import driver_execute, uses_driver
 from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
 from .files import journal as _journal
+from .files import latch as _latch
 from . import library as _library
 from .files.uri import sqlite_url
 
@@ -109,6 +110,8 @@ def create_engine(
             _journal.apply(dbapi_conn, plan, label)
 
     event.listen(engine, "begin", _on_begin)
+    # a damaged file's log stays as it is when its connections close (``files/latch.py``)
+    event.listen(engine, "close", _latch.on_pool_close(label))
     return CARRIED.carry(engine)
 
 
@@ -141,8 +144,10 @@ def checkpoint(engine: Engine, label: object) -> tuple | None:
     transaction). When the lock cannot be had the checkpoint is skipped: it happens
     next time, and the store's connections never checkpoint on their own
     (``wal_autocheckpoint=0``). Best effort by design, but a failure is logged, never
-    hidden.
+    hidden. A file latched as damaged (``files/latch.py``) is never checkpointed.
     """
+    if _latch.latched(label) is not None:
+        return None
     try:
         with engine.connect() as holder:
             try:

@@ -36,9 +36,25 @@ def is_busy_error(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
+def is_index_damage(exc: BaseException) -> bool:
+    """True for corruption confined to a full-text index (derived data): SQLite's
+    ``SQLITE_CORRUPT_VTAB``, or an FTS5 module's own complaint ("fts5: corrupt structure
+    record", "fts5: corruption found reading blob …"). The canonical tables are not
+    damaged by it, so the file is not latched as damaged (``files/latch.py``)."""
+    name = sqlite_error_name(exc)
+    if name == "SQLITE_CORRUPT_VTAB":
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "fts5" in text and ("corrupt" in text or "malformed" in text)
+
+
 def translate_error(exc: BaseException, path: object) -> BaseException | None:
     """Map a driver error to the package's own error (which says what to do), or
-    None to re-raise as is. The one place that reads SQLite's result codes."""
+    None to re-raise as is. The one place that reads SQLite's result codes.
+
+    Damage to the file itself (not to a full-text index: :func:`is_index_damage`)
+    latches the file for this process (``files/latch.py``, decision D20): every store
+    on it refuses to write from then on, with the same error."""
     name = sqlite_error_name(exc)
     text = str(getattr(exc, "orig", exc))
     if is_busy_error(exc):
@@ -59,7 +75,14 @@ def translate_error(exc: BaseException, path: object) -> BaseException | None:
     if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
         # A duplicated schema entry (upstream #43149) is healable in place.
         hint = errors.REPAIR_HINT if "already exists" in text else errors.RECOVER_HINT
-        return errors.DatabaseDamagedError(f"{path} is damaged ({text}); {hint}")
+        damaged = errors.DatabaseDamagedError(f"{path} is damaged ({text}); {hint}")
+        if hint is errors.RECOVER_HINT and not is_index_damage(exc):
+            from .files import latch
+
+            if latch.latched(path) is None and not latch.file_is_damaged(path):
+                return damaged  # the file's B-trees are whole: an index's damage
+            return latch.latch(path, damaged)
+        return damaged
     if name == "SQLITE_READONLY_DBMOVED":
         # SQLite's own check (rollback-journal mode): the file was renamed or replaced
         return errors.StoreReplacedError(path, "SQLite found the file moved since it was "
@@ -97,5 +120,5 @@ def sqlite_errors(path: object) -> Iterator[None]:
         raise translated from exc
 
 
-__all__ = ["is_busy_error", "raise_translated", "sqlite_error_name", "sqlite_errors",
+__all__ = ["is_busy_error", "is_index_damage", "raise_translated", "sqlite_error_name", "sqlite_errors",
            "translate_error"]

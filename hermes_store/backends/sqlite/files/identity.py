@@ -39,6 +39,8 @@ import time
 from typing import NamedTuple
 from pathlib import Path
 
+from .latch import latched_identity, refusal
+
 log = logging.getLogger("hermes_store.backends.sqlite")
 #: where Linux lists this process's open files
 PROC_FDS = "/proc/self/fd"
@@ -105,16 +107,20 @@ class FileWatch:
     def settle(self) -> str | None:
         """At close: what changed (None: nothing), moving the old log aside as ``check``
         would, without raising."""
-        from ....errors import StoreReplacedError
+        from ....errors import DatabaseDamagedError, StoreReplacedError
 
         try:
             self.check()
-        except StoreReplacedError as exc:
+        except (StoreReplacedError, DatabaseDamagedError) as exc:
             return str(exc)
         return None
 
     def check(self) -> None:
-        """Raise ``StoreReplacedError`` when the path holds another file (or none)."""
+        """Raise ``StoreReplacedError`` when the path holds another file (or none), and
+        the latched ``DatabaseDamagedError`` when this process found it damaged."""
+        first = latched_identity(self.identity, self.path)
+        if first is not None:
+            raise refusal(first) from first
         problem = self.problem()
         if problem is not None:
             from ....errors import StoreReplacedError

@@ -205,6 +205,11 @@ def _has_rowid(sql: str) -> bool:
 
 
 def _read_range(src, table: str, cols: str, lo: int, hi: int) -> list[tuple]:
+    if lo == hi:
+        # one rowid is looked up, not scanned: a range scan steps on to the next row to
+        # see where the range ends, and fails on a damaged page after a good last row
+        return src.execute(f'SELECT rowid, {cols} FROM "{table}" NOT INDEXED WHERE rowid = ?',
+                           (lo,)).fetchall()
     return src.execute(
         f'SELECT rowid, {cols} FROM "{table}" NOT INDEXED WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
         (lo, hi),
