@@ -124,7 +124,10 @@ def end_failed_transaction(conn: sa.Connection) -> None:
     COMMIT can leave SQLAlchemy's or the driver's transaction open), so the next unit
     can BEGIN on it."""
     try:
-        if conn.in_transaction():
+        # ``get_transaction``, not ``in_transaction``: a transaction that failed (SQLite's
+        # "disk is full" on COMMIT) is inactive but still there, and SQLAlchemy refuses
+        # to begin the next one until it is rolled back (``PendingRollbackError``)
+        if conn.get_transaction() is not None:
             conn.rollback()
         backend_of(conn).end_driver_transaction(conn)
     except Exception as exc:

@@ -97,3 +97,49 @@ def test_full_disk_is_a_clear_error_and_rolls_the_unit_back(tmp_path, disk):
         assert db.get_session("s")["tool_call_count"] == 1
         assert [h["id"] for h in db.search_messages("room")] == [second]
     rs.assert_store_whole(path)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 3 MB filesystem (tmpfs; mounting needs root)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    root = tmp_path / "disk"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs",
+                              str(root)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs failed: {mounted.stderr.strip()}")
+    yield root
+    subprocess.run(["umount", "-l", str(root)], check=True)
+
+
+def test_a_real_full_disk_leaves_the_store_usable(small_disk):
+    """The filesystem itself runs out (the log cannot grow at COMMIT): every call gets
+    ``StoreFullError`` while it is full — never SQLAlchemy's bare ``PendingRollbackError``
+    from the transaction the failed COMMIT left behind — and calls that need no new
+    space succeed at once; everything acknowledged is in the file."""
+    path = small_disk / "state.db"
+    acknowledged = []
+    with SessionDB(path) as db:
+        db.create_session("s", "cli")
+        with pytest.raises(StoreFullError):
+            for i in range(1000):
+                acknowledged.append(db.append_message("s", "user", "x" * 20000 + str(i)))
+        assert acknowledged
+        for call in (lambda: db.replace_messages("s", [{"role": "user", "content": "y" * 90000}]),
+                     lambda: db.append_message("s", "user", "z" * 90000)):
+            with pytest.raises(StoreFullError):
+                call()
+        db.create_session("t", "cli")  # fits in the space the log already has
+        assert db.get_session("t")["id"] == "t"
+    conn = rs.raw_connect(path)
+    try:
+        ids = {r[0] for r in conn.execute("SELECT id FROM messages")}
+    finally:
+        conn.close()
+    assert set(acknowledged) <= ids
+    assert rs.sqlite_integrity(path) == []
