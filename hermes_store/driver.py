@@ -59,8 +59,12 @@ def listeners_released(conn: sa.Connection) -> None:
     conn.__dict__[_LISTENED] = None  # None: ask again, statement by statement
 
 
-def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False):
-    """Run SQL text on the connection's DBAPI connection; returns the DBAPI cursor.
+def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = False,
+                   fetch_all: bool = False):
+    """Run SQL text on the connection's DBAPI connection; returns the DBAPI cursor, or
+    with ``fetch_all`` its rows: fetched here, because SQLite steps to every row after
+    the first only as it is fetched, and an error met there (a damaged page) must be
+    raised as SQLAlchemy's exception type too.
 
     The connection's transaction is SQLAlchemy's: the caller runs this inside
     ``conn.begin()`` (or, for a single statement, after :func:`outside_transaction`).
@@ -81,11 +85,13 @@ def driver_execute(conn: sa.Connection, sql: str, params: Any, *, many: bool = F
                 cursor.execute(sql, params)
             for fn in conn.dispatch.after_cursor_execute:
                 fn(conn, cursor, sql, params, None, many)
-            return cursor
+            return cursor.fetchall() if fetch_all else cursor
         if many:
             cursor = dbapi_conn.cursor()
             cursor.executemany(sql, params)
             return cursor
+        if fetch_all:
+            return dbapi_conn.execute(sql, params).fetchall()
         return dbapi_conn.execute(sql, params)
     except conn.dialect.loaded_dbapi.Error as exc:  # sqlite3.Error, psycopg.Error
         dialect = conn.dialect

@@ -195,3 +195,97 @@ class StoreReplacedError(HermesStoreError):
             "written to the old file. Open the store again (SessionDB(path), or "
             "db.reopen()) to use the file now at that path."
         )
+
+
+class WalGenerationLostError(StoreReplacedError):
+    """The file's ``-wal``/``-shm`` were deleted or replaced while the store had them
+    open (a sibling's close unlinked them, ``rm state.db-wal``; issue 31, row 3): its
+    connections would go on committing to a log no other connection reads. Sticky: every
+    later write is refused. A lost log is copied aside with the database file
+    (``preserved``: that directory, None where it could not be copied, and the message
+    says why) and the message names the ``recover`` command that gets its rows back."""
+
+    def __init__(self, path: object, lost: object, detail: str, aftermath: str,
+                 preserved: object = None) -> None:
+        self.path = path
+        #: the sidecar(s) found gone or replaced, as the message names them
+        self.lost = lost
+        self.preserved = preserved
+        HermesStoreError.__init__(
+            self,
+            f"The log of {path} was lost while this store had it open ({detail}), so "
+            f"every write is refused from now on. {aftermath} To go on writing, open the "
+            "store again (db.reopen()): it uses the files now at the path."
+        )
+
+
+class StoreOverwrittenError(StoreReplacedError):
+    """The file at the store's path was overwritten in place (same inode: ``cp
+    backup.db state.db``; issue 31, row 4): the identity stamped in its header is not
+    the one the store opened. Sticky: every later write is refused and nothing more is
+    written into the file now there; the store's log, which belongs to the overwritten
+    content, is moved out of its way (``moved``)."""
+
+    def __init__(self, path: object, detail: str, moved: object = ()) -> None:
+        self.path = path
+        self.moved = list(moved)
+        log = (f" This store's log belonged to the overwritten content; it was moved out "
+               f"of the new file's way, to {', '.join(map(str, self.moved))}."
+               if self.moved else "")
+        HermesStoreError.__init__(
+            self,
+            f"{path} was overwritten in place while this store had it open ({detail}): "
+            "its pages are another file's now, so every write is refused and nothing more "
+            f"was written to it.{log} Open the store again (SessionDB(path), or "
+            "db.reopen()) to use the file now at that path."
+        )
+
+
+class StoreDirectoryVanishedError(StoreReplacedError):
+    """The directory holding the store's file was deleted or moved while the store had
+    it open (a profile home removed; upstream #94590; issue 31, row 10). Sticky: every
+    later write is refused, and neither a write nor ``reopen()`` creates the directory
+    again; a new ``SessionDB(path)`` (a first open) does."""
+
+    def __init__(self, path: object, directory: object) -> None:
+        self.path = path
+        self.directory = directory
+        HermesStoreError.__init__(
+            self,
+            f"{directory}, the directory of {path}, no longer exists: it was deleted or "
+            "moved while this store had the file open, so every write is refused, and "
+            "the store does not create the directory again (reopen() refuses too). If "
+            "the store is still wanted there, create the directory, or open a new "
+            "SessionDB(path), which creates it."
+        )
+
+
+class RepairRefusedError(DatabaseDamagedError):
+    """A damaged file's repair was not attempted, and nothing was copied or changed: the
+    file's repair attempts are spent (one per process, a few per file across restarts),
+    or its volume has no room for the backup a repair takes first (issue 31, row 7;
+    ``backends/sqlite/files/repair_limits.py``). The message says which, with the
+    figures, and the way out."""
+
+
+class StoreIOError(HermesStoreError):
+    """The operating system failed a read or write of the database or its sidecars
+    (SQLite's "disk I/O error", ``SQLITE_IOERR*``). A read-only store tried the read
+    again first, on the same connection (``RetryPolicy.io_attempts``; issue 31, row 5);
+    a writable store never does: its I/O errors are real."""
+
+    def __init__(self, path: object, detail: str, attempts: int = 1, pause: float = 0.0) -> None:
+        self.path, self.detail, self.attempts = path, detail, attempts
+        tried = f"; tried {attempts} times, {pause * 1000:g} ms apart" if attempts > 1 else ""
+        super().__init__(
+            f"{path}: the operating system failed to read or write the file or its -wal/-shm "
+            f"({detail}){tried}; the call did not complete. If it goes on, check the disk "
+            "and its filesystem (dmesg), and that the -wal and -shm beside the file are "
+            "ordinary files this user can read and write."
+        )
+
+
+class DescriptorLimitError(HermesStoreError):
+    """No connection could be opened: the process has no file descriptor to spare below
+    ``RLIMIT_NOFILE`` and the store has no connection to lend (issue 31, row 6;
+    ``connections.py``: the store caps its connections and keeps descriptors free)."""

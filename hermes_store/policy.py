@@ -1,11 +1,16 @@
 """How the store rides out contention and outages: the one statement of it (decisions
 D8, D13, D16), engine-neutral. ``units`` runs write units by it; a backend reads the
-busy budget from it (SQLite's busy handler, PostgreSQL's ``lock_timeout``).
+busy budget from it (SQLite's busy handler, PostgreSQL's ``lock_timeout``); a read-only
+store's reads ride out a disk I/O error by it (:func:`tried_through_io_errors`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 #: seconds SQLite's busy handler (PostgreSQL: ``lock_timeout``) waits for a lock
 DEFAULT_BUSY_TIMEOUT = 1.0
@@ -40,6 +45,14 @@ class RetryPolicy:
     #: failover, the network; a file has no connection to lose): a read is re-run on a
     #: fresh connection, a write unit lost before COMMIT was sent too (decision D16)
     outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT
+    #: a read-only store's tries of a read (and of its open) that fails with a disk I/O
+    #: error, on the same connection, ``io_pause`` seconds apart: a ``mode=ro``
+    #: connection cannot rebuild the ``-shm`` itself, and upstream's read-only openers
+    #: met a passing SQLITE_IOERR while a writer reset the WAL (#100436, #100871; issue
+    #: 31, row 5). 3 x 50 ms outlasts such a moment and keeps a real failure quick to
+    #: report. A writable store never tries again: its I/O errors are real.
+    io_attempts: int = 3
+    io_pause: float = 0.050
 
     def __post_init__(self):
         if self.attempts < 1:
@@ -48,6 +61,29 @@ class RetryPolicy:
             raise ValueError("RetryPolicy needs 0 <= jitter_min <= jitter_max")
         if self.outage_timeout < 0:
             raise ValueError("RetryPolicy.outage_timeout must be 0 or more (seconds)")
+        if self.io_attempts < 1 or self.io_pause < 0:
+            raise ValueError("RetryPolicy needs io_attempts >= 1 and io_pause >= 0")
 
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "OUTAGE_PAUSE_MAX", "RetryPolicy"]
+def tried_through_io_errors(read: Callable[[], T], is_io_error: Callable[[BaseException], bool],
+                            policy: RetryPolicy, failed: BaseException | None = None) -> T:
+    """``read()`` run again on the same connection while it fails with an error that
+    ``is_io_error`` accepts, ``policy.io_attempts`` tries in all, ``policy.io_pause``
+    apart (a read-only store's reads: ``RetryPolicy.io_attempts``); ``failed`` is the
+    error of a first try the caller already made. ``read`` must only read. Any other
+    error, and the last one, is raised as it came."""
+    tries = 0
+    while True:
+        if failed is not None:
+            tries += 1
+            if tries >= policy.io_attempts or not is_io_error(failed):
+                raise failed
+            time.sleep(policy.io_pause)
+        try:
+            return read()
+        except Exception as exc:
+            failed = exc
+
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "DEFAULT_OUTAGE_TIMEOUT", "OUTAGE_PAUSE_MAX", "RetryPolicy",
+           "tried_through_io_errors"]

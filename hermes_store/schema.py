@@ -216,6 +216,9 @@ state_meta = sa.Table(
     _text_key("key"),
     sa.Column("value", sa.Text),
 )
+#: ``state_meta`` key of a SQLite file's own identity (``backends/sqlite/files/stamp.py``):
+#: every file has its own, so it is never copied from one database to another
+FILE_IDENTITY_KEY = "file_identity"
 
 gateway_routing = sa.Table(
     "gateway_routing",

@@ -157,10 +157,10 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
         self._open_options = options
         self._open()
 
-    def _open(self) -> None:
+    def _open(self, *, reopening: bool = False) -> None:
         self._snapshots = ThreadSnapshot()
         backend = self._backend
-        opened = backend.open_store(self.target, **self._open_options)
+        opened = backend.open_store(self.target, reopening=reopening, **self._open_options)
         self._engine = opened.engine
         self._units = WriteUnits(opened.engine, self.retry, label=opened.label,
                                  backend=backend, guard=opened.guard)
@@ -192,9 +192,10 @@ class SessionDB(*load(CONCERNS[:EAGER]), Assembled, metaclass=AssembledOnUse,
     def reopen(self) -> None:
         """Close, then open the database again with the same settings. After
         ``StoreReplacedError`` this picks up the file now at the path: a store never
-        switches files by itself."""
+        switches files by itself; nor does it create a SQLite file's directory that
+        vanished (``StoreDirectoryVanishedError``: a new ``SessionDB`` does)."""
         self.close()
-        self._open()
+        self._open(reopening=True)
 
     @property
     def replaced(self) -> bool:

@@ -116,6 +116,10 @@ class WriteUnits:
     title …, or the whole store); serialization failures, deadlocks and lock timeouts
     re-run the unit (up to ``attempts``), and so does a connection lost before COMMIT, on
     a fresh connection, for up to ``outage_timeout`` seconds (:class:`Outage`).
+
+    A unit that failed on a damaged full-text index (``backend.detach_damaged_index``)
+    is re-run once, the index detached and marked stale first in the same transaction:
+    the transcript write goes on without it (D20, issue 31 row 1).
     """
 
     def __init__(self, engine: Engine, policy: RetryPolicy, *, label: object,
@@ -123,9 +127,12 @@ class WriteUnits:
         self.backend = backend
         self._engine = engine
         #: ``OpenedStore.guard``: checked before every attempt and checkpoint, so nothing
-        #: is written to a database that is no longer the one opened (a replaced file)
+        #: is written to a database that is no longer the one opened (a replaced file),
+        #: and ``check_before_commit`` inside every unit (its log lost meanwhile)
         self.guard = guard
-        self._writers = connections_for(writer(engine), backend.keeps_connections, label)
+        # past the connection budget, writing threads share one: units run one at a time
+        self._writers = connections_for(writer(engine), backend.keeps_connections, label,
+                                        shared_past_cap=backend.serializes_units)
         self._maintenance = autocommit(engine)
         self.policy = policy
         self.label = label
@@ -164,7 +171,7 @@ class WriteUnits:
 
     def _run(self, fn, locks: Locks):
         policy, writers, backend, guard = self.policy, self._writers, self.backend, self.guard
-        busy, outage = 0, None
+        busy, outage, detached = 0, None, False
         while True:
             if guard is not None:
                 guard.check()  # the database is still the one opened (a replaced file)
@@ -197,7 +204,13 @@ class WriteUnits:
                     time.sleep(random.uniform(policy.jitter_min, policy.jitter_max))
                     continue
                 if not backend.is_connection_lost(exc):
-                    backend.raise_translated(exc, self.label)
+                    detach = None if detached else backend.detach_damaged_index(exc)
+                    if detach is None:
+                        backend.raise_translated(exc, self.label)
+                    # a damaged search index (derived data): the re-run detaches it and
+                    # marks it stale first, in the write's own transaction (D20)
+                    fn, detached = _after(detach, fn), True
+                    continue
                 # lost before COMMIT was sent (the server rolled it back): a time budget
                 if outage is None:
                     outage = Outage(policy)
@@ -253,14 +266,17 @@ class WriteUnits:
 
     def _attempt(self, conn: sa.Connection, fn, locks: Locks):
         """One try of a unit on ``conn``: begin, (lock,) run, commit."""
-        local, backend = self._local, self.backend
+        local, backend, guard = self._local, self.backend, self.guard
         if backend.driver_transactions(conn.dialect):
             with transaction(conn, driver=True):  # BEGIN IMMEDIATE: a writer connection
                 local.conn = conn
                 try:
-                    return fn(conn)
+                    result = fn(conn)
                 finally:
                     local.conn = None
+                if guard is not None:
+                    guard.check_before_commit()  # the lock is held: nothing changes now
+                return result
         running = _running_units()
         ticket = None
         try:
@@ -275,6 +291,8 @@ class WriteUnits:
             finally:
                 local.conn = None
                 running.pop(id(conn), None)
+            if guard is not None:
+                guard.check_before_commit()
             # a session the server ended while the unit was idle (a restart) never
             # received COMMIT: re-run the unit rather than report an unknown outcome
             ended = backend.session_ended(conn)
@@ -312,6 +330,15 @@ class WriteUnits:
         if self.guard is not None and self.guard.replaced():
             return None
         return self.backend.checkpoint(self._maintenance, self.label)
+
+
+def _after(first: Callable[[sa.Connection], object], fn: Callable[[sa.Connection], T]
+           ) -> Callable[[sa.Connection], T]:
+    """``fn`` run in the same transaction after ``first``."""
+    def unit(conn: sa.Connection) -> T:
+        first(conn)
+        return fn(conn)
+    return unit
 
 
 class _CommitInDoubt(Exception):

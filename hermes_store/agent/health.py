@@ -5,6 +5,8 @@ package's own probe, repair and FTS upkeep (issue 16, item 1).
   agent uses it on its kanban, projects, response and memory databases too): WAL, or
   DELETE where the filesystem refuses WAL's shared memory (one warning per label per
   process); never downgrades a connection already in WAL; returns ``"wal"``/``"delete"``.
+  A WAL connection also gets the store engine's durability pragmas (macOS: full fsync;
+  ``files.make_durable``), which the store's own connections get from the engine.
 * ``is_malformed_db_error(exc)`` — a malformed schema or disk image: a ``sqlite3``
   error saying so, or the package's ``DatabaseDamagedError``.
 * ``db_opens_cleanly(path)`` — None when the store would open and take writes, else the
@@ -12,12 +14,19 @@ package's own probe, repair and FTS upkeep (issue 16, item 1).
   ``integrity_check``, and a write driven through the full-text triggers and rolled
   back (a corrupt FTS index passes reads and ``integrity_check`` but refuses every
   message insert). A file held by a writer is not damaged: None.
-* ``repair_state_db_schema(path, backup=True)`` — the package's repairs in order:
-  duplicated full-text schema entries are healed (``backends.sqlite.files.repair``, which
-  always keeps a byte copy), a full-text index that refuses writes is rebuilt from
-  ``messages`` (after a consistent backup, ``backends.sqlite.files.backup``); anything else is left
-  untouched and the report names ``hermes-store recover``. The report has upstream's
-  keys: ``repaired``, ``strategy``, ``backup_path``, ``error``.
+* ``repair_state_db_schema(path, backup=True)`` — the package's repairs in order: an
+  empty or zeroed file is set aside and a fresh one put in its place (``set_aside``,
+  ``backends.sqlite.files.blank``), duplicated full-text schema entries are healed
+  (``backends.sqlite.files.repair``, after a byte copy), a full-text index that refuses
+  writes is rebuilt from ``messages`` (after a consistent backup,
+  ``backends.sqlite.files.backup``); anything else is left untouched, a byte copy of it
+  kept (as upstream does: ``files.keep_damaged_copy``), and the report names
+  ``hermes-store recover``. Every repair is bounded
+  (``backends.sqlite.files.repair_limits``): one attempt per process and three per file
+  across restarts, a backup only when none of the same content is kept, the newest
+  three kept, and none without room on the volume; beyond them the report's ``error``
+  says why, and nothing is copied. The report has upstream's keys: ``repaired``,
+  ``strategy``, ``backup_path``, ``error``.
 
 A path that names the server database (``HERMES_STATE_DATABASE_URL``, see
 ``hermes_state``) is answered for that database: it opens cleanly when the store opens
@@ -26,10 +35,8 @@ and its full-text check passes; there is nothing to repair in place on a server.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import sqlite3
-import sys
 import threading
 import time
 from pathlib import Path
@@ -57,21 +64,19 @@ def _journal_mode(conn: sqlite3.Connection) -> str | None:
     return str(mode).lower() if mode is not None else None
 
 
-def _darwin_durability(conn: sqlite3.Connection) -> None:
-    """macOS's fsync does not reach the platter: full fsync at checkpoints, FULL sync."""
-    if sys.platform != "darwin":
-        return
-    for pragma in ("PRAGMA checkpoint_fullfsync=1", "PRAGMA synchronous=FULL"):
-        try:
-            conn.execute(pragma)
-        except sqlite3.OperationalError:
-            pass
+def _durable(conn: sqlite3.Connection) -> None:
+    """The store engine's durability pragmas (on macOS, full fsync) on one of the
+    agent's own connections: the engine sets them on the store's by itself."""
+    try:
+        _files().make_durable(conn)
+    except sqlite3.OperationalError:
+        pass
 
 
 def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
     """WAL on ``conn``, or DELETE where the filesystem refuses WAL (module docstring)."""
     if _journal_mode(conn) == "wal":  # already WAL: nothing to set (nor to unlink)
-        _darwin_durability(conn)
+        _durable(conn)
         return "wal"
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -88,7 +93,7 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
                         "(slower, but it works on NFS/SMB/FUSE)", db_label, exc)
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
-    _darwin_durability(conn)
+    _durable(conn)
     return "wal"
 
 
@@ -162,13 +167,6 @@ def _report(**kw) -> dict[str, Any]:
     return report
 
 
-def _backup_beside(path: Path) -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    dest = path.with_name(f"{path.name}.repair-backup-{stamp}")
-    _files().backup(path, dest)
-    return dest
-
-
 def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
     file_repair = _files()
     if not path.exists():
@@ -176,6 +174,9 @@ def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
     stage, reason = _file_check(path)
     if reason is None:
         return _report(repaired=True, strategy="already_healthy")
+    aside = file_repair.set_aside_blank(path) if stage == "probe" else None
+    if aside is not None:  # empty or zeroed: nothing to read, a fresh store in its place
+        return _report(repaired=True, strategy="set_aside", backup_path=str(aside))
     diagnosis = file_repair.diagnose(path)
     if diagnosis.healable:
         try:
@@ -186,21 +187,52 @@ def _repair_file(path: Path, backup: bool) -> dict[str, Any]:
         return _report(repaired=after is None, strategy="dedup_schema",
                        backup_path=healed.backup[0] if healed.backup else None, error=after)
     if stage != "write":
-        return _report(error=f"{reason}; {E.RECOVER_HINT}")
+        return _refused(path, f"{reason}; {E.RECOVER_HINT}", backup)
     # The schema loads and passes integrity_check, yet a write through the triggers
     # fails: the full-text index refuses writes (its structure record is corrupt; the
     # message varies with SQLite's version). Rebuild it from messages: only derived
-    # index data is rewritten, never a row.
-    backup_path = None
+    # index data is rewritten, never a row. Bounded as every repair is: one attempt per
+    # process, three per file, a backup only when new and with room to spare.
     try:
-        if backup:
-            backup_path = str(_backup_beside(path))
-        from ..store import SessionDB
+        with file_repair.repair_attempt(path) as attempt:
+            report = _rebuild_fts(path, backup)
+            if report["error"]:
+                attempt.failed(report["error"])
+    except (E.RepairRefusedError, E.StoreBusyError, E.StoreFullError) as exc:
+        return _report(error=str(exc))
+    return report
 
+
+def _refused(path: Path, error: str, backup: bool) -> dict[str, Any]:
+    """No repair here can read the file: it is left as it is, and, as upstream does, a
+    byte copy is kept for a manual restore (the agent's ``sessions repair`` promised one)."""
+    if not backup:
+        return _report(error=error)
+    try:
+        kept = _files().keep_damaged_copy(path)
+    except E.HermesStoreError as exc:  # no room, or the copy failed
+        return _report(error=f"{error} (no copy was kept: {exc})")
+    return _report(backup_path=str(kept), error=error)
+
+
+def _rebuild_fts(path: Path, backup: bool) -> dict[str, Any]:
+    """One attempt: the backup, the rebuild, the check. A refusal of the surroundings
+    (no room, busy, full) is raised: it is not an attempt."""
+    import sqlalchemy as sa
+
+    from ..store import SessionDB
+
+    backup_path = str(_files().backup_before_repair(path)) if backup else None
+    try:
         with SessionDB(path) as db:
             db.rebuild_fts()
-    except E.HermesStoreError as exc:
-        return _report(backup_path=backup_path, error=f"{exc}; {E.RECOVER_HINT}")
+    except (E.StoreBusyError, E.StoreFullError):
+        raise
+    except (E.HermesStoreError, sa.exc.DBAPIError, sqlite3.DatabaseError) as exc:
+        cause = getattr(exc, "orig", None) or exc
+        return _report(backup_path=backup_path, strategy="rebuild_fts",
+                       error=f"{path}: the full-text indexes could not be rebuilt ({cause}); "
+                             f"{E.RECOVER_HINT}")
     after = _file_opens_cleanly(path)
     if after is not None:
         return _report(backup_path=backup_path, strategy="rebuild_fts",

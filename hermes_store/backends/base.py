@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, NoReturn, Protocol, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, NoReturn, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, URL
+from sqlalchemy.engine import Engine
 
 from ..policy import RetryPolicy
+from .facets import CopySide, Migrations, SearchRoute, StoreTarget
 
 #: ``progress(table, done, total)`` of an index rebuild
 ProgressCallback = Callable[[str, int, int], None]
@@ -97,18 +97,6 @@ def backend_of(bind) -> "Backend":
             "engine factory") from None
 
 
-class StoreTarget(Protocol):
-    """What a backend reads of a resolved database (``hermes_store.location.Target``)."""
-
-    backend: str
-    url: URL
-    path: Path | None
-    source: str
-
-    @property
-    def display(self) -> str: ...
-
-
 class Readers(Protocol):
     """The read connections an opened store keeps (``connections.KeptConnections`` or
     ``PooledConnections``)."""
@@ -132,7 +120,8 @@ class OpenedStore(NamedTuple):
     readers: Readers
     singles: Readers | None = None
     #: is the database still the one opened? ``check()`` raises the package's error,
-    #: ``replaced()`` answers, ``settle()`` runs at close (SQLite: the file's identity,
+    #: ``replaced()`` answers, ``check_before_commit()`` runs inside every unit,
+    #: ``settle()`` runs at close (SQLite: the file's identity,
     #: ``backends/sqlite/files/identity.py``); None where nothing can replace it (a server)
     guard: Any = None
 
@@ -206,13 +195,13 @@ class Backend:
     def open_store(self, target: StoreTarget, *, read_only: bool, auto_upgrade: bool,
                    retry: RetryPolicy, pool_size: int | None = None,
                    max_overflow: int | None = None,
-                   journal_mode: str | None = None) -> OpenedStore:
+                   journal_mode: str | None = None, reopening: bool = False) -> OpenedStore:
         """Everything ``SessionDB`` needs before its first call: the database checked
         (refused with a clear error when it cannot be used), its schema at head (or the
         error naming the command to run), the engine and the read connections.
         ``pool_size``/``max_overflow`` size a pool where the engine keeps one (a server);
-        ``journal_mode`` is a file's (``SessionDB(journal_mode=…)``; ``SessionDB`` refuses
-        it for a backend that does not store files)."""
+        ``journal_mode`` is a file's (refused for a backend that does not store files);
+        ``reopening`` (``SessionDB.reopen()``): a file's vanished directory is not made."""
         raise NotImplementedError
 
     def inspection_engine(self, target: StoreTarget) -> Engine:
@@ -285,8 +274,12 @@ class Backend:
         skipped or the engine does this on its own."""
         return None
 
-    def vacuum(self, engine: Engine, label: object) -> None:
-        """Compact the store (``SessionDB.vacuum``)."""
+    def vacuum(self, engine: Engine, label: object, *, worthwhile_only: bool = False) -> str | None:
+        """Compact the store (``SessionDB.vacuum``): None, or why not (``worthwhile_only``)."""
+        raise NotImplementedError
+
+    def maintenance_turn(self, engine: Engine, label: object) -> contextlib.AbstractContextManager[bool]:
+        """Auto-maintenance's cross-process turn: True inside when this process has it."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ errors
@@ -347,9 +340,11 @@ class Backend:
     def usable_fts_indexes(self, conn: sa.Connection) -> list[str]:
         raise NotImplementedError
 
-    def rebuild_fts(self, conn: sa.Connection, *, progress: ProgressCallback | None = None
-                    ) -> list[str]:
+    def rebuild_fts(self, conn: sa.Connection, *, progress: ProgressCallback | None = None) -> list[str]:
         raise NotImplementedError
+
+    def detach_damaged_index(self, exc: BaseException) -> Callable[[sa.Connection], bool] | None:
+        """Where ``exc`` is a damaged search index: what a unit re-runs first (detach it, D20)."""
 
     def fts_integrity_check(self, conn: sa.Connection) -> list[str]:
         raise NotImplementedError
@@ -377,219 +372,5 @@ class Backend:
         return None
 
 
-class SearchRoute:
-    """How a full-text route is written on one engine (``repository.search`` builds its
-    statements from these pieces; ``Backend.search``).
-
-    ``prepare(index, expression)`` gives the statement's *shape* (hashable: statements
-    are built once per shape) and its bound values, or None when nothing can match;
-    ``source``, ``row_id``, ``condition``, ``rank``, ``best_first``, ``snippet`` give Core
-    pieces for a shape; when ``snippet`` is None the caller computes it in Python with
-    ``text_snippet``. ``present_indexes``/``present_indexes_values``: the statement that
-    says which indexes exist (``a``: the word index, ``b``: the trigram one).
-    """
-
-    name = ""
-    #: a MATCH that fails (a damaged index) may be answered by the bounded LIKE scan
-    falls_back_to_like = False
-    #: pick the page from (id, rank) first, read its rows after
-    page_first = False
-    present_indexes: Any = None
-    present_indexes_values: dict = {}
-    #: "both indexes present" may be kept per connection instead of asked per search
-    keeps_present_indexes = False
-    #: a best-first page's LIMIT is written into the statement (else bound)
-    page_size_in_sql = False
-    #: each hit's neighbours are LATERAL subqueries of their rows (else a probe for the
-    #: id, then the row by its key: SQLite has no LATERAL)
-    lateral_context = False
-
-    def search_layer_missing(self, exc: BaseException) -> bool:
-        return False
-
-    def prepare(self, index: str, expression: str):
-        raise NotImplementedError
-
-    def source(self, index: str, messages: sa.Table) -> sa.FromClause:
-        raise NotImplementedError
-
-    def row_id(self, index: str, messages: sa.Table) -> sa.ColumnElement:
-        raise NotImplementedError
-
-    def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
-        raise NotImplementedError
-
-    def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
-        raise NotImplementedError
-
-    def best_first(self, index: str, messages: sa.Table, shape) -> tuple:
-        raise NotImplementedError
-
-    def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
-        return None
-
-    def text_snippet(self, index: str, expression: str, row: dict) -> str:
-        """The snippet of a result row (its ``content``, ``role``, ``tool_name`` and,
-        where ``snippet`` is None, ``tool_calls``) for ``index``'s route."""
-        raise NotImplementedError
-
-
-class StoreState(NamedTuple):
-    """Where a database stands, read without writing to it.
-
-    ``kind``: ``"missing"`` (no file), ``"empty"`` (no tables: a new store),
-    ``"alembic"`` (``revision`` from ``alembic_version``) or ``"upstream"`` (a file
-    upstream Hermes wrote, not adopted yet: ``revision`` derived from its
-    ``schema_version``). ``schema_version`` is upstream's number as stored.
-    """
-
-    kind: str
-    revision: str | None
-    schema_version: int | None = None
-    path: Path | None = None
-    writable: bool = True
-
-    @property
-    def needs_adoption(self) -> bool:
-        return self.kind == "upstream"
-
-
-class Migrations:
-    """Creating, inspecting and migrating one engine's schema (``hermes_store.migrate``
-    is the dialect-free API over it; ``migrations/env.py`` hands its run to
-    :meth:`run_env`)."""
-
-    #: the first revision a database of this engine runs (None: the chain's base)
-    baseline: str | None = None
-
-    def first_step(self, revision: str) -> str | None:
-        """The first revision a new (empty) database runs on its way to ``revision``
-        (None: the chain's base): the baseline, unless the engine creates a new
-        database at ``revision`` in one step."""
-        return self.baseline
-
-    def state(self, target: StoreTarget) -> StoreState:
-        raise NotImplementedError
-
-    def schema_version_of(self, target: StoreTarget) -> int | None:
-        raise NotImplementedError
-
-    def upgrade(self, target: StoreTarget, revision: str = "head", *,
-                progress=None) -> str | None:
-        raise NotImplementedError
-
-    def downgrade(self, target: StoreTarget, revision: str) -> str | None:
-        raise NotImplementedError
-
-    def refuse_downgrade(self, target: StoreTarget, revision: str) -> None:
-        """Raise before anything runs when ``revision`` cannot be reached downwards."""
-
-    def stamp(self, target: StoreTarget, revision: str) -> None:
-        raise NotImplementedError
-
-    def check(self, target: StoreTarget):
-        """``migrate.CheckResult``: at head, and drift from ``hermes_store.schema``."""
-        raise NotImplementedError
-
-    def ensure_schema(self, target: StoreTarget, *, auto_upgrade: bool, read_only: bool) -> None:
-        raise NotImplementedError
-
-    def run_env(self, context, target: StoreTarget, *, read_only: bool) -> None:
-        """The body of ``migrations/env.py`` for this engine."""
-        raise NotImplementedError
-
-    def run_env_on(self, context, connection: sa.Connection, where: object) -> None:
-        """``migrations/env.py`` on a caller's live connection."""
-        raise NotImplementedError
-
-    def run_topics_env(self, context, target: StoreTarget, *, read_only: bool) -> None:
-        """The body of ``migrations/telegram_topics/env.py`` for this engine."""
-        raise NotImplementedError
-
-    def run_topics_env_on(self, context, connection: sa.Connection, where: object) -> None:
-        raise NotImplementedError
-
-    # -- the Telegram topic branch (opt-in; its own version table)
-
-    def topics_state(self, target: StoreTarget):
-        raise NotImplementedError
-
-    def topics_state_on(self, conn: sa.Connection, where: object):
-        raise NotImplementedError
-
-    def upgrade_topics(self, target: StoreTarget, revision: str, *, only_if_present: bool) -> str | None:
-        raise NotImplementedError
-
-    def upgrade_topics_on(self, conn: sa.Connection, revision: str) -> str | None:
-        """The opt-in inside the caller's write unit."""
-        raise NotImplementedError
-
-    def downgrade_topics(self, target: StoreTarget, revision: str) -> str | None:
-        raise NotImplementedError
-
-    def topics_drift(self, conn: sa.Connection, diffs: list, metadata) -> list:
-        """Autogenerate differences of the topic tables that are real (the engine's
-        reflection artefacts removed)."""
-        return diffs
-
-
-class CopySide:
-    """What ``db copy`` needs of one side (``hermes_store.dbcopy``)."""
-
-    #: the engine's columns hold values only of their declared type (a copy from a
-    #: looser engine must check the rows first)
-    strict_types: bool = False
-
-    def exists(self, target: StoreTarget) -> bool:
-        return True
-
-    def engine(self, target: StoreTarget, *, writable: bool) -> Engine:
-        raise NotImplementedError
-
-    def close(self, engine: Engine, target: StoreTarget, *, writable: bool) -> None:
-        engine.dispose()
-
-    @contextlib.contextmanager
-    def snapshot(self, conn: sa.Connection) -> Iterator[sa.Connection]:
-        """One read-only transaction on ``conn``."""
-        raise NotImplementedError
-        yield conn  # pragma: no cover
-
-    def own_object(self, name: str) -> bool:
-        """A table the engine keeps for itself (full-text shadow tables…)."""
-        return False
-
-    def check_source_rows(self, conn: sa.Connection, specs: Sequence, *, where: str,
-                          strict_destination: bool) -> None:
-        """Refuse rows a copy could not keep (broken references, values of another type
-        than their column's where the destination is strict)."""
-
-    def write_rows(self, conn: sa.Connection, table: sa.Table, rows: list[tuple]) -> None:
-        raise NotImplementedError
-
-    def suspended_objects(self, conn: sa.Connection, names: list[str],
-                          triggers: Sequence[str]) -> list[tuple[str, str, str]]:
-        """``(name, drop, create)`` of secondary indexes, keys and the given triggers
-        that a bulk load suspends, from the destination's own catalog."""
-        raise NotImplementedError
-
-    def before_load(self, conn: sa.Connection, low: int | None, high: int | None) -> None:
-        """Set up the full-text layer for a bulk load of messages ``low..high``."""
-
-    def after_load(self, conn: sa.Connection, where: str) -> None:
-        """Build the full-text layer after the load; check references."""
-
-    def after_finish(self, engine: Engine) -> None:
-        """Outside a transaction, once the finish step committed (statistics)."""
-
-    def id_high_water(self, conn: sa.Connection, top: int) -> int:
-        """The highest message id ever handed out (``top`` is ``MAX(id)``)."""
-        return top
-
-    def carry_id_high_water(self, conn: sa.Connection, high_water: int) -> None:
-        raise NotImplementedError
-
-
-__all__ = ["ABORTED", "COMMITTED", "IN_PROGRESS", "PACKAGES", "Backend", "CopySide", "Migrations",
-           "OpenedStore", "Readers", "SearchRoute", "StoreState", "StoreTarget", "UnitLocks",
-           "backend_of", "get", "loaded"]
+__all__ = ["ABORTED", "COMMITTED", "IN_PROGRESS", "PACKAGES", "Backend", "OpenedStore",
+           "ProgressCallback", "Readers", "UnitLocks", "backend_of", "get", "loaded"]

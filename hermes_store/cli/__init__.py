@@ -107,7 +107,12 @@ def status_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
             for key, label in (("sqlite_library", "sqlite"), ("filesystem", "filesystem")):
                 if info.get(key):  # what the file's backend says of where it runs
                     rows.append((label, info[key]["summary"]))
-        o.pairs(rows + [("sessions", info["sessions"]), ("messages", info["messages"])])
+        rows += [("sessions", info["sessions"]), ("messages", info["messages"])]
+        if info["fts_stale"] is not None:
+            from ..fts.layout import FTS_STALE_HINT
+
+            rows.append(("search index", f"stale ({info['fts_stale']}): {FTS_STALE_HINT}"))
+        o.pairs(rows)
     if not info["exists"]:
         raise typer.Exit(3)
 

@@ -54,6 +54,7 @@ def store_status(target: "Target") -> dict:
         "filesystem": None,
         "sessions": None,
         "messages": None,
+        "fts_stale": None,
     }
     found = probe(target)
     info["exists"] = found.exists
@@ -76,7 +77,21 @@ def store_status(target: "Target") -> dict:
         if found.kind in ("alembic", "upstream"):
             for key, table in (("sessions", schema.sessions), ("messages", schema.messages)):
                 info[key] = conn.execute(sa.select(sa.func.count()).select_from(sa.table(table.name))).scalar()
+        if info["at_head"]:
+            info["fts_stale"] = fts_stale(conn)
     return info
+
+
+def fts_stale(conn) -> str | None:
+    """Why the full-text indexes are stale (found damaged, detached from the writes:
+    search scans the messages until they are rebuilt), or None when they are not."""
+    import sqlalchemy as sa
+
+    from ..fts.layout import FTS_STALE_KEY
+    from ..schema import state_meta
+
+    return conn.execute(sa.select(state_meta.c.value)
+                        .where(state_meta.c.key == FTS_STALE_KEY)).scalar()
 
 
 # --------------------------------------------------------------------------- doctor
@@ -197,8 +212,14 @@ def run_doctor(target: "Target", *, quick: bool = False) -> list[Finding]:
             orphans = {k: v for k, v in _orphans(conn).items() if v}
             mismatched = _counter_mismatches(conn)
             # PostgreSQL's index check only reads; FTS5's integrity-check is an INSERT,
-            # so a file gets a writable handle below (at head: opening changes nothing).
+            # so a file gets a writable handle below (at head: opening changes nothing),
+            # unless its index is stale (a writable open would rebuild it)
             fts_problems = fts_maintenance.integrity_check(conn) if server else None
+            stale = fts_stale(conn)
+        if stale is not None:
+            from ..fts.layout import FTS_STALE_HINT
+
+            fts_problems = [f"full-text index stale ({stale}): {FTS_STALE_HINT}"]
         if server:
             findings.append(
                 Finding("foreign_keys", "problem", "not validated (rows were loaded past "
@@ -360,7 +381,9 @@ def repair_command(ctx: typer.Context, json_flag: JsonOption = False) -> None:
     The one damage healed in place: "malformed database schema (messages_fts) - table
     messages_fts already exists" (upstream #43149). Any other damage is refused,
     untouched, with the `recover` hint. Needs the file to itself: stop Hermes first.
-    SQLite files only.
+    Bounded: three attempts per file (counted in <db>.repair-ledger.json), a backup
+    only when none of the same content is kept (the newest three are kept), and none
+    unless the volume keeps max(256 MiB, 2 %) free after it. SQLite files only.
     """
     from .common import backend_for
 

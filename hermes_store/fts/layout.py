@@ -19,4 +19,15 @@ FTS_TABLE = "messages_fts"
 #: the substring and CJK index (FTS5 trigram / pg_trgm)
 TRIGRAM_TABLE = "messages_fts_trigram"
 
-__all__ = ["FTS_TABLE", "TOOL_CONTENT_PREFIX_CHARS", "TRIGRAM_EXCLUDED_SOURCES", "TRIGRAM_TABLE"]
+#: ``state_meta`` key present while the word and trigram indexes are stale: found damaged,
+#: they were detached from the writes (which go on without them) and search scans
+#: ``messages`` instead, until a rebuild (the next writable open, ``rebuild-fts``).
+#: Its value says what damage was found. Only SQLite sets it (docs/reliability.md); the
+#: name is the one upstream's newer versions give the same mark.
+FTS_STALE_KEY = "fts_stale"
+#: what a user is told about stale indexes (doctor, status, the FTS integrity check)
+FTS_STALE_HINT = ("search scans the messages until the index is rebuilt: at the store's "
+                  "next writable open, or by `hermes-store maintenance rebuild-fts`")
+
+__all__ = ["FTS_STALE_HINT", "FTS_STALE_KEY", "FTS_TABLE", "TOOL_CONTENT_PREFIX_CHARS",
+           "TRIGRAM_EXCLUDED_SOURCES", "TRIGRAM_TABLE"]

@@ -12,7 +12,7 @@ engine they have.
 ``integrity_check(conn) -> list[str]``            problems, empty when all is well
 ``optimize(conn) -> bool``                        one bounded step; True once done
 ``fts_sizes(conn) -> dict[str, int]``             bytes per index
-``usable_indexes(conn) -> list[str]``             the indexes present and usable
+``usable_indexes(conn) -> list[str]``             the indexes present, usable, not stale
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ refused with an error from :mod:`hermes_store.errors` and left as it was.
 from __future__ import annotations
 
 from .. import errors, location
-from ..backends.base import StoreState, backend_of, get
+from ..backends.base import backend_of, get
+from ..backends.facets import StoreState
 from .results import CheckResult
 from .scripts import (
     MIGRATIONS_DIR,

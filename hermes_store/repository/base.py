@@ -29,8 +29,15 @@ the unit's own changes), inside another ``_read`` it reuses the outer snapshot. 
 lets a public method compose other public methods and still be one unit / one snapshot.
 
 On SQLite each thread reads on its own kept connection (``connections.KeptConnections``)
-and writes on another, so threads never share a transaction; on PostgreSQL each unit and
+and writes on another, so threads never share a transaction; past the store's cap of
+kept connections a thread borrows one lent for the read (``lend``/``give_back``), so the
+descriptors a process holds stay bounded (issue 31, row 6). On PostgreSQL each unit and
 each read checks a connection out of the pool (``connections.PooledConnections``).
+
+A read-only store runs a read that failed with a disk I/O error again on the same
+connection, within ``RetryPolicy.io_attempts`` (issue 31, row 5): a ``mode=ro``
+connection cannot rebuild the ``-shm`` itself. A snapshot (``_read``) reads first, so
+that such a failure comes before the caller's block, which cannot be run twice.
 
 ``SessionDB.__init__`` (``hermes_store.store``) opens the database and sets the
 attributes; ``target`` names it in errors (a path, or a URL with its password masked).
@@ -46,10 +53,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from .. import schema
 from ..connections import BEGIN_MODE, KeptConnections, PooledConnections, transaction
-from ..errors import ServerUnreachableError, StoreClosedError, StoreReadOnlyError
+from ..errors import ServerUnreachableError, StoreClosedError, StoreIOError, StoreReadOnlyError
 from ..unit_locks import STORE, Locks
-from ..policy import RetryPolicy
+from ..policy import RetryPolicy, tried_through_io_errors
 from ..units import Outage, WriteUnits
 from ..sql.prebuilt import Prebuilt
 
@@ -57,6 +65,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Backend
 
 T = TypeVar("T")
+
+#: what a read-only store's snapshot reads first: it takes the snapshot's read lock
+_START_READING = Prebuilt(sa.select(schema.schema_version.c.version).limit(1))
 
 
 class ReadInterrupted(ServerUnreachableError):
@@ -179,11 +190,20 @@ class RepositoryBase:
             self._snapshots = ThreadSnapshot()
         readers, backend = self._readers_open(), self._backend
         if readers.kept:  # the thread's own reader (SQLite: a local BEGIN DEFERRED)
+            conn = readers.get()
+            lent = conn is None
+            if lent:  # past the store's connection cap: one lent for this snapshot
+                conn = readers.lend()
             try:
-                with self._snapshot(readers.get()) as conn:
+                with self._snapshot(conn) as conn:
+                    if self.read_only:
+                        self._start_reading(conn)
                     yield conn
             except sa.exc.DBAPIError as exc:
                 backend.raise_translated(exc, self.target)
+            finally:
+                if lent:
+                    readers.give_back(conn)
             return
         # A pooled reader (PostgreSQL): the checkout and the BEGIN are re-run while the
         # connection is lost; once the block has begun, a lost connection interrupts it
@@ -224,6 +244,42 @@ class RepositoryBase:
             finally:
                 self._snapshots.conn = None
 
+    def _start_reading(self, conn: sa.Connection) -> None:
+        """A read-only store's snapshot takes its read lock before the caller's block runs
+        (a disk I/O error is tried again here: the block cannot be run twice)."""
+        try:
+            _START_READING.rows(conn)
+        except sa.exc.DBAPIError as exc:
+            self._read_again(lambda: _START_READING.rows(conn), exc)
+
+    def _read_again(self, read: Callable[[], T], failed: sa.exc.DBAPIError) -> T:
+        """After ``read()`` failed on a kept connection with ``failed``: the package's
+        error, except that a read-only store first runs it again on the same connection
+        while it fails with a disk I/O error — an error its backend translates to
+        ``StoreIOError`` (``policy.tried_through_io_errors``) — and past that budget
+        raises ``StoreIOError`` saying how often it tried. Each error is translated once
+        (a translation may look at the file)."""
+        backend, where, policy = self._backend, self.target, self.retry
+        translated: dict[BaseException, BaseException | None] = {}
+
+        def is_io_error(exc: BaseException) -> bool:
+            translated[exc] = backend.translate_error(exc, where)
+            return isinstance(translated[exc], StoreIOError)
+
+        if self.read_only:
+            try:
+                return tried_through_io_errors(read, is_io_error, policy, failed)
+            except sa.exc.DBAPIError as exc:
+                failed = exc
+        if failed not in translated:
+            translated[failed] = backend.translate_error(failed, where)
+        mapped = translated[failed]
+        if mapped is None:
+            raise failed
+        if self.read_only and isinstance(mapped, StoreIOError):
+            mapped = StoreIOError(mapped.path, mapped.detail, policy.io_attempts, policy.io_pause)
+        raise mapped from failed
+
     def _query(self, statement: Prebuilt, values: Mapping[str, Any] | None = None) -> list:
         """The rows (tuples; ``statement.keys`` names their columns) of one SELECT."""
         self._require_open()
@@ -236,10 +292,17 @@ class RepositoryBase:
         if singles is None:
             singles = self._readers_open()
         if singles.kept:
+            conn = singles.get()
+            lent = conn is None
+            if lent:  # past the store's connection cap: one lent for this read
+                conn = singles.lend()
             try:
-                return statement.rows_alone(singles.get(), values)
+                return statement.rows_alone(conn, values)
             except sa.exc.DBAPIError as exc:
-                self._backend.raise_translated(exc, self.target)
+                return self._read_again(lambda: statement.rows_alone(conn, values), exc)
+            finally:
+                if lent:
+                    singles.give_back(conn)
 
         def read():
             with singles.checkout() as conn:
@@ -262,10 +325,17 @@ class RepositoryBase:
         if self._snapshots is None:  # normally set by SessionDB.__init__
             self._snapshots = ThreadSnapshot()
         if singles.kept:
+            conn = singles.get()
+            lent = conn is None
+            if lent:  # past the store's connection cap: one lent for this read
+                conn = singles.lend()
             try:
-                return self._lazily_on(singles.get(), fn)
+                return self._lazily_on(conn, fn)
             except sa.exc.DBAPIError as exc:
                 self._backend.raise_translated(exc, self.target)
+            finally:
+                if lent:
+                    singles.give_back(conn)
 
         def read():
             with singles.checkout() as conn:

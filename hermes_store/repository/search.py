@@ -14,10 +14,11 @@ valid FTS5 expression or nothing), then routed:
   The bound keeps a 1–2 character query from reading a multi-gigabyte table; older
   matches are not found by such a query.
 
-If an index is missing or a MATCH still fails (a damaged index), the bounded LIKE
-scan answers instead and the reason is logged, so a search is never silently empty
-because of the index. Every route applies the same filters (visibility, sources,
-roles) and the same result shape.
+If an index is missing or stale (found damaged and detached from the writes, issue 31
+row 1) or a MATCH still fails (a damaged index), the bounded LIKE scan answers instead
+and the reason is logged, so a search is never silently empty because of the index.
+Every route applies the same filters (visibility, sources, roles) and the same result
+shape.
 
 How a route is written in SQL depends on the engine (FTS5 tables on SQLite, a
 ``tsvector`` column and ``pg_trgm`` on PostgreSQL): the backend's route (``Backend.search``)
@@ -33,8 +34,8 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from ..backends.base import SearchRoute, backend_of
-from ..errors import DatabaseDamagedError
+from ..backends.base import backend_of
+from ..backends.facets import SearchRoute
 from ..fts import query as fq
 from ..fts.layout import FTS_TABLE, TRIGRAM_TABLE
 from .base import LazyReads, RepositoryBase
@@ -149,6 +150,7 @@ class SearchMixin(RepositoryBase):
                                          include_inactive, limit, offset)
         sort = _normalized_sort(sort)
         answer: dict = {}
+        alone = self._joined() is None  # the snapshot is this search's own
 
         def search(reads: LazyReads, *, known_indexes: bool = True) -> list[dict]:
             answer.clear()
@@ -159,26 +161,23 @@ class SearchMixin(RepositoryBase):
                 return []
             if not sql.page_first and (sort is not None or plan.route == fq.ROUTE_LIKE):
                 reads.need_snapshot()  # a page of ids, then the page's rows
-            rows, answer["index_failed"] = self._run_plan(reads, sql, plan, shape, values, sort)
-            answer["results"] = [_with_context(row) for row in rows]
-            return answer["results"]
+            rows, index_failed = self._run_plan(reads, sql, plan, shape, values, sort)
+            results = [_with_context(row) for row in rows]
+            if index_failed and alone:
+                raise _ScanAnswered(results)
+            return results
 
         try:
-            try:
-                return self._read_lazily(search)
-            except sa.exc.DBAPIError as exc:
-                sql = self._backend.search
-                if not (answer.get("known") and sql.search_layer_missing(exc)):
-                    raise
-                # the full-text layer went away since this connection last looked: look
-                # again (and route accordingly)
-                return self._read_lazily(functools.partial(search, known_indexes=False))
-        except DatabaseDamagedError:
-            # FTS5 keeps the error of a failed rank-ordered MATCH and reports it once more
-            # when the read snapshot commits; the fallback has already read the answer.
-            if not answer.get("index_failed"):
+            return self._read_lazily(search)
+        except _ScanAnswered as scanned:
+            return scanned.results
+        except sa.exc.DBAPIError as exc:
+            sql = self._backend.search
+            if not (answer.get("known") and sql.search_layer_missing(exc)):
                 raise
-            return answer["results"]
+            # the full-text layer went away since this connection last looked: look
+            # again (and route accordingly)
+            return self._read_lazily(functools.partial(search, known_indexes=False))
 
     # ------------------------------------------------------------------ routes
 
@@ -231,6 +230,17 @@ class SearchMixin(RepositoryBase):
         return rows
 
 
+class _ScanAnswered(Exception):
+    """A full-text index failed and the LIKE scan answered: carried out of the search's
+    read snapshot so that it ends in a rollback. FTS5 keeps the error of a failed
+    rank-ordered MATCH and reports it once more at COMMIT, where it would read as a
+    damaged file."""
+
+    def __init__(self, results: list[dict]) -> None:
+        super().__init__("answered by the LIKE scan")
+        self.results = results
+
+
 def _dicts(statement: Prebuilt, rows) -> list[dict]:
     keys = statement.keys
     return [dict(zip(keys, row)) for row in rows]
@@ -269,8 +279,12 @@ def _with_snippets(sql: SearchRoute, index: str, expression: str,
 
 
 def _in_page_order(page: list, rows: list[dict]) -> list[dict]:
+    """``rows`` in the order of ``page``; an id the first statement gave that the second
+    did not find is no result (both run in one snapshot, so only a view of the file that
+    is no longer whole does that: the chaos run met it once, in a reader whose log was
+    taken away under it — docs/reliability.md, row 3)."""
     by_id = {row["id"]: row for row in rows}
-    return [by_id[message_id] for message_id in page]
+    return [by_id[message_id] for message_id in page if message_id in by_id]
 
 
 def _with_context(fields: dict) -> dict:

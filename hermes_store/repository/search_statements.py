@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from .. import schema
-from ..backends.base import SearchRoute
+from ..backends.facets import SearchRoute
 from ..sql.constructs import like_nocase
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import LIKE_ESCAPE, scrub_surrogates
@@ -228,7 +228,8 @@ def ranked(sql: SearchRoute, index: str, form, shape: Shape,
     PostgreSQL), the page is picked first from the matches' ids and ranks alone, and
     the page's rows are joined to it afterwards: the sort then carries two numbers per
     match instead of whole rows, and snippets and context are computed for the page
-    only, whatever the planner guesses about the number of matches.
+    only, whatever the planner guesses about the number of matches. The engine writes
+    that page (``sql.best_page``): it may rank only the matches that can reach it.
 
     ``page_size`` (``sql.page_size_in_sql``: PostgreSQL) is the LIMIT written into the
     statement rather than bound: see ``written_page_size``.
@@ -246,13 +247,8 @@ def ranked(sql: SearchRoute, index: str, form, shape: Shape,
     # sessions only when a filter reads them: joining every match to its session
     # (a hash of the whole table) cost more than ranking the matches
     source = _matches(sql, index) if _filters_sessions(shape) else sql.source(index, M)
-    page = _page(
-        sa.select(sql.row_id(index, M).label("page_id"), rank.label("page_rank"))
-        .select_from(source)
-        .where(sql.condition(index, M, form), *_filters(shape))
-        .order_by(*sql.best_first(index, M, form)),
-        shape, page_size,
-    ).subquery("page")
+    page = _page(sql.best_page(index, M, form, source, tuple(_filters(shape)), page_size),
+                 shape, page_size).subquery("page")
     context, joined = _context(sql)
     columns = (*_RESULT_COLUMNS, *_snippet(sql, index, form), M.c.content, *context)
     return Prebuilt(

@@ -157,7 +157,7 @@ class Prebuilt:
         sql = _text(form, values)
         if sql is None:
             return conn.execute(self.statement, dict(values)).all()
-        return driver_execute(conn, sql, form.params(values)).fetchall()
+        return driver_execute(conn, sql, form.params(values), fetch_all=True)
 
     def rows_alone(self, conn: sa.Connection, values: Mapping[str, Any] | None = None) -> list:
         """``rows`` on a connection outside any transaction: one statement is one
@@ -171,7 +171,7 @@ class Prebuilt:
         if sql is not None:
             if form.alone is not None:
                 form.alone(conn)
-            return driver_execute(conn, sql, form.params(values)).fetchall()
+            return driver_execute(conn, sql, form.params(values), fetch_all=True)
         with conn.begin():
             return conn.execute(self.statement, dict(values)).all()
 

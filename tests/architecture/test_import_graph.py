@@ -35,7 +35,8 @@ LAYERS = [
                     "hermes_store.migrations.pg_baseline", "hermes_store.migrations.versions",
                     "hermes_store.migrations.telegram_topics.versions"]),
     # the interface, its contract constants and the registry (decision D21)
-    ("interface", ["=hermes_store.backends", "hermes_store.backends.base"]),
+    ("interface", ["=hermes_store.backends", "hermes_store.backends.base",
+                   "hermes_store.backends.facets"]),
     ("engine core", ["hermes_store.driver", "hermes_store.connections", "hermes_store.units",
                      "hermes_store.unit_locks",
                      "hermes_store.display_order", "hermes_store.sql",

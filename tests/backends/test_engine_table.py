@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store.backends import base
+from hermes_store.backends import base, facets
 from hermes_store.backends.base import get
 
 PACKAGE = Path(base.__file__).resolve().parent
@@ -36,6 +36,7 @@ ONLY_ONE = {
         "outcome.py": "a COMMIT lost on the network: asking the server what became of it",
         "server.py": "what the server must offer (version, encoding, pg_trgm); VACUUM",
         "roles.py": "who may use the database: grants for a runtime role",
+        "fts/tsquery.py": "an FTS5 expression as a tsquery (FTS5 reads its own expressions)",
     },
 }
 #: facets one engine has (the other's property answers None), and why
@@ -103,8 +104,8 @@ def _shape(fn) -> list[tuple]:
 def test_the_methods_an_engine_shares_with_the_interface_take_what_it_says(engine):
     backend = get(engine)
     pairs = [(base.Backend, type(backend))]
-    for facet, base_cls in (("search", base.SearchRoute), ("migrations", base.Migrations),
-                            ("copying", base.CopySide)):
+    for facet, base_cls in (("search", facets.SearchRoute), ("migrations", facets.Migrations),
+                            ("copying", facets.CopySide)):
         pairs.append((base_cls, type(getattr(backend, facet))))
     differing = []
     for base_cls, impl_cls in pairs:
@@ -131,7 +132,7 @@ def _attribute_names_used() -> set[str]:
 def test_no_member_of_the_interface_is_dead():
     used = _attribute_names_used()
     dead = []
-    for cls in (base.Backend, base.SearchRoute, base.Migrations, base.CopySide):
+    for cls in (base.Backend, facets.SearchRoute, facets.Migrations, facets.CopySide):
         for name in vars(cls):
             if name.startswith("_"):
                 continue

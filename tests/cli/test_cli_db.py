@@ -130,6 +130,7 @@ def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head
     assert set(data) == {
         "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
         "schema_version", "journal_mode", "sqlite_library", "filesystem", "sessions", "messages",
+        "fts_stale",
     }
     assert data["path"] == str(hermes_home / "state.db") and data["backend"] == "sqlite"
     assert (data["revision"], data["schema_version"], data["sessions"], data["messages"]) == (HEAD, 30, 6, 41)
@@ -143,6 +144,7 @@ def test_status_json_shape_on_each_engine(cli, store, backend):
     assert set(data) == {
         "path", "backend", "exists", "size_bytes", "wal_bytes", "revision", "head", "at_head",
         "schema_version", "journal_mode", "sqlite_library", "filesystem", "sessions", "messages",
+        "fts_stale",
     }
     assert (data["backend"], data["exists"], data["revision"], data["at_head"]) == (backend, True, HEAD, True)
     assert (data["schema_version"], data["sessions"], data["messages"]) == (30, 6, 41)

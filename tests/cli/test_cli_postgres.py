@@ -194,7 +194,8 @@ def test_a_missing_database_is_not_found_and_says_how_to_create_it(cli, pg_serve
     assert _without(parse_json(status), "path", "head") == {
         "backend": "postgresql", "exists": False, "size_bytes": None, "wal_bytes": None,
         "revision": None, "at_head": False, "schema_version": None, "journal_mode": None,
-        "sqlite_library": None, "filesystem": None, "sessions": None, "messages": None}
+        "sqlite_library": None, "filesystem": None, "sessions": None, "messages": None,
+        "fts_stale": None}
     human = cli(url, "status")
     assert "createdb" in flat(human.stdout)
     for args in (["sessions", "list"], ["db", "upgrade"], ["db", "check"],

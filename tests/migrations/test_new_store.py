@@ -28,6 +28,7 @@ from support.migrations import REPO, connect_ro
 from support import schema_dump
 
 from hermes_store import migrate, revisions
+from hermes_store.schema import FILE_IDENTITY_KEY
 from hermes_store.backends.sqlite.migrate import create as head_create
 from hermes_store.backends.sqlite.migrate import head_schema
 from hermes_store.backends.sqlite.migrate.head import stamped_at_head
@@ -70,7 +71,9 @@ def one_step(path: Path) -> Path:
 
 def snapshot(path: Path) -> dict:
     """Everything a file is, schema-wise: sqlite_master as stored, every table's rows,
-    the header settings."""
+    the header settings. A store's file also has an identity of its own (a random
+    ``application_id`` and the ``state_meta`` row that names it, issue 31): left out
+    here, and read by :func:`identity_of`."""
     with connect_ro(path) as conn:
         master = conn.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid").fetchall()
@@ -81,7 +84,22 @@ def snapshot(path: Path) -> dict:
                      .fetchone()[0] or "").upper().startswith("CREATE VIRTUAL")
         }
         pragmas = {p: conn.execute(f"PRAGMA {p}").fetchone()[0] for p in PRAGMAS}
+    rows["state_meta"] = [r for r in rows["state_meta"] if r[0] != FILE_IDENTITY_KEY]
+    pragmas["application_id"] = 0
     return {"sqlite_master": master, "rows": rows, "pragmas": pragmas}
+
+
+def identity_of(path: Path) -> int | None:
+    """The file's identity: its ``application_id``, which ``state_meta`` must name too;
+    None for a file without one (the stairway's)."""
+    with connect_ro(path) as conn:
+        header = conn.execute("PRAGMA application_id").fetchone()[0]
+        named = conn.execute("SELECT value FROM state_meta WHERE key = ?",
+                             (FILE_IDENTITY_KEY,)).fetchall()
+    if header == 0 and not named:
+        return None
+    assert named == [(str(header),)] and header != 0, (header, named)
+    return header
 
 
 def test_the_frozen_head_schema_is_what_the_stairway_leaves(stairway_file):
@@ -102,6 +120,7 @@ def test_the_frozen_head_schema_is_what_the_stairway_leaves(stairway_file):
 
 def test_a_one_step_file_is_the_stairways_file(stairway_file, tmp_path):
     made = one_step(tmp_path / "state.db")
+    assert identity_of(made) is None and identity_of(stairway_file) is None
     want, got = snapshot(stairway_file), snapshot(made)
     assert got["sqlite_master"] == want["sqlite_master"]
     assert got["rows"] == want["rows"]
@@ -200,6 +219,7 @@ def test_a_new_store_is_the_stairways_file_and_never_imports_alembic(tmp_path, s
         {k: v for k, v in want.items() if not k.startswith("messages_fts")}
     assert got["pragmas"] == stairway_snapshot["pragmas"]
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert identity_of(path) is not None  # a store's file, with an identity of its own
 
 
 @pytest.mark.parametrize("how", ["missing", "zero bytes"])
@@ -211,6 +231,7 @@ def test_migrate_upgrade_of_a_new_file_is_the_stairways_file(tmp_path, how, stai
     assert migrate.upgrade(path, progress=lambda rev, what: steps.append(rev)) == migrate.head()
     assert steps == [migrate.head()]
     assert snapshot(path) == stairway_snapshot
+    assert identity_of(path) is not None
 
 
 def test_an_upgrade_of_a_new_file_to_an_older_revision_runs_the_revisions(tmp_path):
@@ -247,6 +268,7 @@ def test_the_cli_creates_a_new_store_in_one_step(tmp_path, stairway_snapshot):
     payload = json.loads(run.stdout)
     assert payload["created"] and payload["to"] == migrate.head()
     assert snapshot(path) == stairway_snapshot
+    assert identity_of(path) is not None
 
 
 def test_a_file_with_objects_of_its_own_is_still_refused(tmp_path):

@@ -193,7 +193,11 @@ def test_maybe_auto_prune_and_vacuum(db):
     db.end_session("old", "done")
     from support.repository import set_fields
     set_fields(db, "old", started_at=1.0)
-    assert db.maybe_auto_prune_and_vacuum() == {"skipped": False, "pruned": 1, "vacuumed": True}
+    result = db.maybe_auto_prune_and_vacuum()
+    assert (result["skipped"], result["pruned"]) == (False, 1)
+    # a VACUUM only when the engine finds it worth it (SQLite: enough free pages;
+    # tests/faults/test_concurrent_maintenance.py)
+    assert result["vacuumed"] or "VACUUM skipped" in result["reason"]
 
 
 # --------------------------------------------------------------------------- cold start

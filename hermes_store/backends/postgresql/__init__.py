@@ -90,7 +90,7 @@ class PostgresqlBackend(Backend):
     # ------------------------------------------------------------------ engines
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
-                   max_overflow=None, journal_mode=None) -> OpenedStore:
+                   max_overflow=None, journal_mode=None, reopening=False) -> OpenedStore:
         from ... import revisions
         from ...connections import autocommit, connections_for, reader
         from .engine import create_engine
@@ -159,7 +159,8 @@ class PostgresqlBackend(Backend):
 
         return session_ended(conn)
 
-    def vacuum(self, engine, label) -> None:
+    def vacuum(self, engine, label, *, worthwhile_only: bool = False) -> str | None:
+        # VACUUM (ANALYZE) blocks nobody and rewrites nothing: always worth it
         from ...schema import metadata
         from .server import vacuum
 
@@ -167,6 +168,12 @@ class PostgresqlBackend(Backend):
             vacuum(engine, [table.name for table in metadata.sorted_tables])
         except sa.exc.DBAPIError as exc:
             self.raise_translated(exc, label)
+        return None
+
+    def maintenance_turn(self, engine, label):
+        from .locks import maintenance_turn
+
+        return maintenance_turn(engine)
 
     # ------------------------------------------------------------------ errors
 

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
-from ..base import CopySide
+from ..facets import CopySide
 
 
 def _quote(dialect, name: str) -> str:

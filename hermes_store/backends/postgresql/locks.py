@@ -12,10 +12,13 @@ session's, so each holds through a transaction pooler too (decision D16).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from typing import Iterator
 
 import sqlalchemy as sa
 
+from ...connections import BEGIN_MODE
 from ...driver import driver_execute, uses_driver
 from ...unit_locks import HeldLocks, Locks
 
@@ -119,4 +122,33 @@ def lock_migrations(conn: sa.Connection, key: int = MIGRATION_LOCK_KEY) -> None:
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
 
 
-__all__ = ["MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_key", "lock_migrations", "lock_unit"]
+#: key of the advisory lock that gives auto-maintenance to one process at a time (the
+#: first 8 bytes of sha256("hermes_store.maintenance"), as a signed bigint)
+MAINTENANCE_LOCK_KEY = -0x2514_B0B6_F196_7F08
+
+
+@contextlib.contextmanager
+def maintenance_turn(engine: sa.Engine) -> Iterator[bool]:
+    """Auto-maintenance's turn (issue 31, row 9): True inside when this process has it,
+    False at once when another has (``pg_try_advisory_xact_lock``, never waited for).
+
+    The lock belongs to a transaction kept open on a connection of its own for the
+    turn, so it holds through a transaction pooler (decision D16) and goes with the
+    connection when the process dies. READ COMMITTED, with no write: between
+    statements it holds no snapshot and no transaction id, so it keeps nothing from
+    the VACUUM that the turn may run on other connections.
+    """
+    with engine.connect() as conn:
+        conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+        with conn.begin() as transaction:
+            held = bool(conn.exec_driver_sql(
+                "SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": MAINTENANCE_LOCK_KEY}
+            ).scalar())
+            try:
+                yield held
+            finally:
+                transaction.rollback()  # and the lock with it
+
+
+__all__ = ["MAINTENANCE_LOCK_KEY", "MIGRATION_LOCK_KEY", "UNIT_LOCK_KEY", "lock_key",
+           "lock_migrations", "lock_unit", "maintenance_turn"]

@@ -21,7 +21,9 @@ and SQLite's own:
     files/            the ``files`` facet: a file before it is opened (probe), owner-only
                       creation and the schema lock (ops), its filesystem, its identity,
                       its journal mode, its name as a URL/URI (uri), online backup,
-                      recovery of a damaged file, repair of duplicated FTS schema rows
+                      recovery of a damaged file, repair of duplicated FTS schema rows,
+                      the bounds of every repair (repair_limits), an empty or zeroed
+                      file set aside (blank)
 
 Only ``backends.get("sqlite")`` creates :data:`BACKEND`; nothing here imports the
 PostgreSQL backend.
@@ -29,6 +31,7 @@ PostgreSQL backend.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -85,25 +88,33 @@ class SQLiteBackend(Backend):
     # ------------------------------------------------------------------ engines
 
     def open_store(self, target, *, read_only, auto_upgrade, retry, pool_size=None,
-                   max_overflow=None, journal_mode=None) -> OpenedStore:
+                   max_overflow=None, journal_mode=None, reopening=False) -> OpenedStore:
         from .files import journal
 
         # An explicit journal mode reaches the migration that may create the file, too.
         with journal.requesting(journal_mode):
             return self._open_file(target.path, read_only=read_only,
                                    auto_upgrade=auto_upgrade, retry=retry,
-                                   journal_mode=journal_mode)
+                                   journal_mode=journal_mode, reopening=reopening)
 
-    def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode) -> OpenedStore:
+    def _open_file(self, path, *, read_only, auto_upgrade, retry, journal_mode,
+                   reopening=False) -> OpenedStore:
         from ...connections import KeptConnections
-        from ...errors import DatabaseDamagedError, SchemaOutOfDateError, StoreNotFoundError
+        from ...errors import (DatabaseDamagedError, NotADatabaseError, SchemaOutOfDateError,
+                               StoreNotFoundError)
         from .engine import AUTO, create_engine
+        from .files import blank
         from .files.ops import create_private_file
         from .files.probe import check_not_symlink, make_private, probe_database
         from .migrate.commands import ensure_schema, upgrade_hint
         from .files.identity import FileWatch
 
         check_not_symlink(path)
+        created = False
+        if reopening and not path.parent.is_dir():  # never brought back (issue 31, row 10)
+            from ...errors import StoreDirectoryVanishedError
+
+            raise StoreDirectoryVanishedError(path, path.parent)
         if not path.exists():
             if read_only:
                 raise StoreNotFoundError(
@@ -112,11 +123,17 @@ class SQLiteBackend(Backend):
                 )
             if not auto_upgrade:
                 raise SchemaOutOfDateError(f"{path} does not exist: {upgrade_hint(path)}")
-            create_private_file(path)
+            created = create_private_file(path)
         elif not read_only:
             make_private(path)
-        try:
-            probe_database(path)
+        if not read_only and not created:  # before SQLite opens it (issue 31, row 8)
+            blank.set_aside_if_empty(path)
+        try:  # a read-only open reads again after a disk I/O error (issue 31, row 5)
+            probe_database(path, io_retry=retry if read_only else None)
+        except NotADatabaseError:
+            if read_only or not blank.set_aside_if_zeroed(path):
+                raise
+            probe_database(path)  # the fresh file in its place
         except DatabaseDamagedError:  # the repair module only for a file that needs it
             from .files.repair import probe_or_heal
 
@@ -135,6 +152,16 @@ class SQLiteBackend(Backend):
             ensure_schema(path, auto_upgrade=auto_upgrade, read_only=read_only)
             engine = create_engine(path, read_only=read_only, busy_timeout=retry.busy_timeout,
                                    journal_mode=mode, watch=watch)
+        if not read_only:  # its identity stamped and watched, its log's generation too
+            try:
+                watch.arm(engine)
+            except BaseException:
+                engine.dispose()
+                raise
+        if not read_only:  # an index found damaged is rebuilt now, once (issue 31, row 1)
+            from .fts.maintenance import rebuild_stale
+
+            rebuild_stale(engine, path)
         return OpenedStore(engine, path, KeptConnections(engine, path), guard=watch)
 
     def inspection_engine(self, target) -> sa.Engine:
@@ -171,10 +198,16 @@ class SQLiteBackend(Backend):
 
         return checkpoint(engine, label)
 
-    def vacuum(self, engine, label) -> None:
+    def vacuum(self, engine, label, *, worthwhile_only: bool = False) -> str | None:
         from .engine import vacuum
 
-        vacuum(engine, label)
+        return vacuum(engine, label, worthwhile_only=worthwhile_only)
+
+    def maintenance_turn(self, engine, label):
+        from .files.ops import maintenance_lock
+        from .files.uri import path_of
+
+        return maintenance_lock(Path(path_of(engine.url)))
 
     # ------------------------------------------------------------------ errors
 
@@ -214,6 +247,15 @@ class SQLiteBackend(Backend):
         from .fts import maintenance
 
         return maintenance.rebuild(conn, progress=progress)
+
+    def detach_damaged_index(self, exc):
+        from .errors import is_index_damage
+
+        if not is_index_damage(exc):
+            return None
+        from .fts.maintenance import detach_damaged
+
+        return functools.partial(detach_damaged, why=str(getattr(exc, "orig", exc)))
 
     def fts_integrity_check(self, conn):
         from .fts import maintenance

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import sqlalchemy as sa
 
 from ...connections import BEGIN_MODE, autocommit, writer
-from ..base import CopySide
+from ..facets import CopySide
 
 #: SQLite storage classes (``typeof``) a strictly typed column of each declared type holds
 #: exactly; SQLite's columns take any value whatever they declare

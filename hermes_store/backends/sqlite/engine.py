@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from ...connections import autocommit, begin_statement
+from ...connections import POOLED_PER_STORE, autocommit, begin_statement
 from ...driver import driver_execute, uses_driver
 from ...policy import DEFAULT_BUSY_TIMEOUT
 from .errors import is_busy_error, raise_translated
@@ -75,8 +76,10 @@ def create_engine(
     if poolclass is not None:
         kwargs["poolclass"] = poolclass
     else:
-        # A store holds one or two connections per thread (KeptConnections): never make
-        # a thread wait for the pool to hand one out.
+        # The connections a store keeps or lends (KeptConnections) stay checked out and
+        # are bounded there (connections.py, the budget): the pool never makes a thread
+        # wait, and keeps only the few its maintenance returns.
+        kwargs["pool_size"] = POOLED_PER_STORE
         kwargs["max_overflow"] = -1
     engine = sa.create_engine(
         sqlite_url(path, read_only=read_only),
@@ -85,6 +88,7 @@ def create_engine(
         **kwargs,
     )
     label = Path(path)
+    durable = durability_pragmas()
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -97,8 +101,8 @@ def create_engine(
             cur.execute("PRAGMA wal_autocheckpoint=0")
             cur.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
             if not read_only:
-                # FULL: a commit that returned survives power loss (upstream's setting).
-                cur.execute("PRAGMA synchronous=FULL")
+                for pragma in durable:  # a commit that returned survives power loss
+                    cur.execute(pragma)
                 # After a checkpoint that reset the log, shrink a -wal that a long
                 # reader let grow, instead of keeping its peak size on disk forever.
                 cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
@@ -113,6 +117,22 @@ def create_engine(
     # a damaged file's log stays as it is when its connections close (``files/latch.py``)
     event.listen(engine, "close", _latch.on_pool_close(label))
     return CARRIED.carry(engine)
+
+
+def full_fsync_pragmas() -> tuple[str, ...]:
+    """On macOS, whose ``fsync`` stops at the drive's cache, ``F_FULLFSYNC`` for every
+    sync and every checkpoint (upstream #30636); elsewhere nothing."""
+    if sys.platform == "darwin":
+        return ("PRAGMA fullfsync=ON", "PRAGMA checkpoint_fullfsync=ON")
+    return ()
+
+
+def durability_pragmas() -> tuple[str, ...]:
+    """What a writing connection sets so that a commit that returned survives a power
+    cut: ``synchronous=FULL`` (upstream's setting; NORMAL can lose the last commits) and
+    the platform's full fsync. The one list: the agent shim applies it to the agent's
+    own databases on macOS (``files.make_durable``)."""
+    return ("PRAGMA synchronous=FULL",) + full_fsync_pragmas()
 
 
 def _on_begin(conn: sa.Connection) -> None:
@@ -173,22 +193,41 @@ def synchronous_normal(dbapi_conn, _record) -> None:
     dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
 
-def vacuum(engine: Engine, label: object) -> None:
-    """Rewrite the file compactly (``VACUUM`` runs outside any transaction).
+#: a VACUUM asked for only when worthwhile (auto-maintenance) runs when at least this
+#: share of the file's pages is free: below it, rewriting the whole file under the write
+#: lock wins back little (upstream #54189)
+VACUUM_MIN_FREE_SHARE = 0.25
 
-    It needs the write lock for its whole run; when another writer holds it the
-    busy timeout applies once and a ``StoreBusyError`` says to retry later.
+
+def vacuum(engine: Engine, label: object, *, worthwhile_only: bool = False) -> str | None:
+    """Rewrite the file compactly (``VACUUM`` runs outside any transaction); None when it
+    ran, else why not: with ``worthwhile_only``, free pages under
+    :data:`VACUUM_MIN_FREE_SHARE` of the file.
+
+    A file latched as damaged (``files/latch.py``) is never rewritten: its
+    ``DatabaseDamagedError`` is raised before anything runs. VACUUM needs the write lock
+    for its whole run; when another writer holds it the busy timeout applies once and a
+    ``StoreBusyError`` says to retry later.
     """
     from ...errors import StoreBusyError
 
+    _latch.check(label)
     try:
         with autocommit(engine).connect() as conn:
+            if worthwhile_only:
+                pages = conn.exec_driver_sql("PRAGMA page_count").scalar() or 0
+                free = conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0
+                if not free or free < pages * VACUUM_MIN_FREE_SHARE:
+                    return (f"{free} of {pages} pages free ({free / max(pages, 1):.0%}), "
+                            f"under the {VACUUM_MIN_FREE_SHARE:.0%} a VACUUM is worth")
             conn.exec_driver_sql("VACUUM")
-    except sa.exc.OperationalError as exc:
+    except sa.exc.DBAPIError as exc:
         if is_busy_error(exc):
             raise StoreBusyError(label, 1, exc.orig) from exc
         raise_translated(exc, label)
+    return None
 
 
-__all__ = ["AUTO", "WAL_SIZE_LIMIT", "checkpoint", "create_engine", "sqlite_url",
-           "synchronous_normal", "vacuum"]
+__all__ = ["AUTO", "VACUUM_MIN_FREE_SHARE", "WAL_SIZE_LIMIT", "checkpoint", "create_engine",
+           "durability_pragmas", "full_fsync_pragmas", "sqlite_url", "synchronous_normal",
+           "vacuum"]

@@ -36,13 +36,31 @@ def is_busy_error(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
+def is_io_error(exc: BaseException) -> bool:
+    """True for an operating-system I/O failure, "disk I/O error" (``SQLITE_IOERR*``),
+    classified by result code (message as a fallback). A read-only store tries such a
+    read again (``policy.RetryPolicy.io_attempts``): a ``mode=ro`` connection cannot
+    rebuild the ``-shm`` itself while a writer resets the WAL."""
+    name = sqlite_error_name(exc)
+    if name:
+        return name.startswith("SQLITE_IOERR")
+    return "disk i/o error" in str(getattr(exc, "orig", exc)).lower()
+
+
 def is_index_damage(exc: BaseException) -> bool:
     """True for corruption confined to a full-text index (derived data): SQLite's
-    ``SQLITE_CORRUPT_VTAB``, or an FTS5 module's own complaint ("fts5: corrupt structure
+    ``SQLITE_CORRUPT_VTAB``, a bare ``SQLITE_CONSTRAINT`` (below), or an FTS5 module's
+    own complaint ("fts5: corrupt structure
     record", "fts5: corruption found reading blob …"). The canonical tables are not
     damaged by it, so the file is not latched as damaged (``files/latch.py``)."""
     name = sqlite_error_name(exc)
     if name == "SQLITE_CORRUPT_VTAB":
+        return True
+    if name == "SQLITE_CONSTRAINT":
+        # without an extended code: only a virtual table answers so (every constraint
+        # of the schema has one: _UNIQUE, _NOTNULL, _TRIGGER…), and the store's only
+        # virtual tables are its FTS5 indexes — SQLite 3.40's FTS5 says so when its
+        # structure record was cut short and a new segment meets the old blocks
         return True
     text = str(getattr(exc, "orig", exc)).lower()
     return "fts5" in text and ("corrupt" in text or "malformed" in text)
@@ -96,6 +114,8 @@ def translate_error(exc: BaseException, path: object) -> BaseException | None:
         return errors.DatabaseAccessError(
             f"cannot open {path} ({text}); check that the directory exists and is writable"
         )
+    if is_io_error(exc):
+        return errors.StoreIOError(path, f"{text}, {name}" if name else text)
     return None
 
 
@@ -120,5 +140,5 @@ def sqlite_errors(path: object) -> Iterator[None]:
         raise translated from exc
 
 
-__all__ = ["is_busy_error", "is_index_damage", "raise_translated", "sqlite_error_name", "sqlite_errors",
-           "translate_error"]
+__all__ = ["is_busy_error", "is_index_damage", "is_io_error", "raise_translated",
+           "sqlite_error_name", "sqlite_errors", "translate_error"]

@@ -260,7 +260,8 @@ def check_capabilities() -> Library:
     return lib
 
 
-def _is_fts_problem(line: str) -> bool:
+def is_index_problem(line: str) -> bool:
+    """Whether an integrity-check row is about a full-text index (derived data)."""
     return "fts5" in line.lower()
 
 
@@ -280,6 +281,6 @@ def integrity_problems(conn, pragma: str = "quick_check", limit: int = 100) -> t
     rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
     if rows == ["ok"]:
         return [], []
-    structural = [r for r in rows if not _is_fts_problem(r)]
-    fts = [r for r in rows if _is_fts_problem(r)]
+    structural = [r for r in rows if not is_index_problem(r)]
+    fts = [r for r in rows if is_index_problem(r)]
     return structural, fts

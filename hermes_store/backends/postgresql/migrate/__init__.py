@@ -28,7 +28,7 @@ tables' against ``telegram_schema``), ``topics`` (the Telegram topic branch), ``
 from __future__ import annotations
 
 from .... import errors
-from ...base import Migrations, StoreState
+from ...facets import Migrations, StoreState
 from .create import BASELINE
 
 # Each method imports the module that does its work (Alembic is imported with the

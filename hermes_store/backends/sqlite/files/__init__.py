@@ -24,6 +24,16 @@ class SQLiteFiles:
 
         return diagnose(path)
 
+    def make_durable(self, conn) -> None:
+        """On macOS, give a plain ``sqlite3`` connection (the agent's own databases) the
+        durability pragmas the store's connections get (``engine.durability_pragmas``:
+        FULL sync, full fsync); elsewhere leave it as it is, as upstream's helper did."""
+        from ..engine import durability_pragmas, full_fsync_pragmas
+
+        if full_fsync_pragmas():
+            for pragma in durability_pragmas():
+                conn.execute(pragma)
+
     def choose_journal_mode(self, mode: str, *, source: str = "journal_mode") -> None:
         """Every store this process opens from now on takes journal mode ``mode``
         ("wal" or "delete"; ``HERMES_STATE_JOURNAL_MODE``); a bad value is refused."""
@@ -32,6 +42,14 @@ class SQLiteFiles:
         from .journal import ENV, normalize
 
         os.environ[ENV] = normalize(mode, source=source)
+
+    def set_aside_blank(self, path):
+        """Set aside a file that holds nothing SQLite can read (empty or zeroed, with its
+        sidecars: ``blank.py``) and put a fresh empty file in its place; where it went,
+        or None when the file is neither."""
+        from .blank import set_aside_blank
+
+        return set_aside_blank(path)
 
     def backup(self, source, dest, **options):
         from .backup import backup
@@ -47,6 +65,34 @@ class SQLiteFiles:
         from .repair import repair
 
         return repair(path, **options)
+
+    def repair_attempt(self, path):
+        """A context for one repair attempt of ``path`` within its bounds (one per
+        process, three per file: ``repair_limits.attempt``); ``RepairRefusedError``
+        beyond them."""
+        from .repair_limits import attempt
+
+        return attempt(path)
+
+    def backup_before_repair(self, path):
+        """The consistent backup (``backup``) a repair of ``path`` takes first: none when
+        one of the same content is kept, refused without room on the volume, the newest
+        three kept (``repair_limits``). Returns its path."""
+        from .backup import backup
+        from .repair_limits import backup_before_repair
+
+        def copy(dest):
+            backup(path, dest)
+            return [dest]
+
+        return backup_before_repair(path, copy, kind="repair-backup")[0]
+
+    def keep_damaged_copy(self, path):
+        """Byte copies of ``path`` and its sidecars (a child process copies), for a file
+        no repair can read, bounded as ``backup_before_repair``; returns the copy's path."""
+        from .repair import _backup
+
+        return _backup(path, kind="damaged-copy")[0]
 
     def health(self, path, *, quick: bool = False):
         from .backup import file_health

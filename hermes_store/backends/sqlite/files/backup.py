@@ -16,6 +16,7 @@ from pathlib import Path
 from ....errors import RecoveryError
 from ..library import SQLITE as sqlite3
 from ..library import integrity_problems
+from .stamp import restamp
 from .uri import absolute, file_uri
 
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -46,8 +47,10 @@ def backup(
     """Copy ``source`` to ``dest`` consistently while other processes keep writing.
 
     The copy is made under a temporary name, checked with ``quick_check``, switched to
-    ``journal_mode=DELETE`` (one self-contained file), made 0600, then renamed into
-    place: ``dest`` is either the old file or a complete backup, never half of one.
+    ``journal_mode=DELETE`` (one self-contained file), given an identity of its own
+    (``stamp.restamp``: restored over a live store, it is seen as another file), made
+    0600, then renamed into place: ``dest`` is either the old file or a complete backup,
+    never half of one.
     """
     started = time.monotonic()
     source = absolute(source)
@@ -80,6 +83,7 @@ def backup(
                 mapped = translate_error(exc, source)
                 raise (mapped or RecoveryError(f"backup of {source} failed: {exc}")) from exc
             out.execute("PRAGMA journal_mode=DELETE")
+            restamp(out)
             problems = integrity(out, quick=True)
             counts = {}
             for table in ("sessions", "messages"):

@@ -61,24 +61,20 @@ def _key(path: object, identity: tuple[int, int] | None = None) -> tuple:
 
 def file_is_damaged(path: object) -> bool:
     """Whether SQLite's ``quick_check`` finds the file's own B-trees damaged (a plain
-    ``SQLITE_CORRUPT`` can come from a full-text index too: a failed ``MATCH`` leaves it
-    on the read transaction's COMMIT). Read through a read-only connection of the
-    store's library, so nothing is written; a file that cannot even be checked counts
-    as damaged. Runs on the error path only: once per corruption error."""
-    from ..library import connect, integrity_problems
+    ``SQLITE_CORRUPT`` can come from a full-text index too, or from this process's view
+    of a log that was taken away under it). Checked by a child process through a
+    read-only URI, so nothing is written and nothing of this process's view of the file
+    is reused; a file that cannot be checked counts as damaged. Runs on the error path
+    only: once per corruption error."""
+    from ..library import is_index_problem
+    from .ops import quick_check_in_child
     from .uri import file_uri
 
     try:
-        conn = connect(file_uri(_file_of(path), mode="ro"), uri=True, timeout=5)
-    except Exception:  # noqa: BLE001 - it cannot be opened to be checked: damaged
+        rows = quick_check_in_child(file_uri(_file_of(path), mode="ro"))
+    except OSError:
         return True
-    try:
-        structural, _index = integrity_problems(conn, "quick_check", 10)
-    except Exception:  # noqa: BLE001 - the check itself hit the damage
-        return True
-    finally:
-        conn.close()
-    return bool(structural)
+    return rows != ["ok"] and any(not is_index_problem(row) for row in rows)
 
 
 def latch(path: object, error: DatabaseDamagedError) -> DatabaseDamagedError:

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from ....errors import UnsafePathError
-from ....policy import DEFAULT_BUSY_TIMEOUT
-from ..errors import is_busy_error
+from ....policy import DEFAULT_BUSY_TIMEOUT, RetryPolicy, tried_through_io_errors
+from ..errors import is_busy_error, is_io_error
 from ..library import SQLITE as sqlite3
 from ..library import integrity_problems
 from .uri import file_uri
@@ -59,32 +59,66 @@ def _wal_needs_verifying(path: Path) -> bool:
         return False
 
 
-def probe_database(path: str | os.PathLike) -> None:
+def log_size(path: Path) -> int:
+    """The size of the ``-wal`` beside ``path`` (0: none). Switching a file to WAL writes
+    its first page into the file itself, so a log with frames beside an empty file is a
+    loss; a ``-journal`` (or an empty ``-wal``) beside it is a store being created."""
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except OSError:
+        return 0
+
+
+def _refuse_empty_with_log(path: Path) -> None:
+    """An empty file with a log beside it (:func:`log_size`) is never opened: SQLite
+    deletes the ``-wal`` of an empty database on open, read-only included, and it may
+    hold the last commits."""
+    from ....errors import NotADatabaseError
+
+    try:
+        if path.stat().st_size != 0:
+            return
+    except FileNotFoundError:
+        return
+    if log_size(path):
+        raise NotADatabaseError(
+            f"{path} is empty (0 bytes) but {path.name}-wal is beside it: the file lost "
+            "its data, and its log may hold the last commits. Nothing was opened or "
+            "changed. Opening the store writable sets them aside together and starts a "
+            "fresh store (docs/reliability.md, \"A zero-length or zeroed state.db\")."
+        )
+
+
+def probe_database(path: str | os.PathLike, *, io_retry: RetryPolicy | None = None) -> None:
     """Read the file's header and schema through a read-only connection.
 
     Raises ``NotADatabaseError`` for a file that is not SQLite and
-    ``DatabaseDamagedError`` for an unreadable schema — before anything writes to it.
+    ``DatabaseDamagedError`` for an unreadable schema — before anything writes to it —
+    and ``StoreIOError`` for a disk I/O error, which says nothing about the file's
+    contents. ``io_retry`` (a read-only open's policy) reads again on the same
+    connection after such an error, within ``io_attempts``; a writable open never does.
     SQLite (not a raw ``open()``) reads the file: closing a raw descriptor would drop
     the POSIX locks other connections of this process hold on it.
     """
-    from ....errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError
+    from ....errors import RECOVER_HINT, DatabaseDamagedError, NotADatabaseError, StoreIOError
 
+    _refuse_empty_with_log(Path(path))
     uri = file_uri(path, mode="ro")
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
     except sqlite3.Error as exc:
         raise DatabaseDamagedError(f"{path} cannot be opened ({exc}); {RECOVER_HINT}") from exc
     try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        if _wal_needs_verifying(Path(path)):
-            # A -wal left by a crash (or copied in from another file) is replayed on
-            # read; a foreign one shows up only as damage in the pages it overlays.
-            # (Full-text index drift is not damage to the file: integrity_problems.)
-            problems, _fts = integrity_problems(conn, "quick_check")
-            if problems:
-                raise sqlite3.DatabaseError("; ".join(problems[:5]))
+        if io_retry is None:
+            _read_schema(conn, path)
+        else:
+            tried_through_io_errors(lambda: _read_schema(conn, path), is_io_error, io_retry)
     except sqlite3.DatabaseError as exc:
         name = getattr(exc, "sqlite_errorname", "")
+        if is_io_error(exc):
+            attempts, pause = (io_retry.io_attempts, io_retry.io_pause) if io_retry else (1, 0)
+            detail = f"{exc}, {name}" if name else str(exc)
+            raise StoreIOError(path, detail, attempts, pause) from exc
         if name == "SQLITE_NOTADB" or "not a database" in str(exc):
             raise NotADatabaseError(
                 f"{path} is not a SQLite database ({exc}); it was left untouched. "
@@ -97,5 +131,16 @@ def probe_database(path: str | os.PathLike) -> None:
         conn.close()
 
 
-__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "make_private",
+def _read_schema(conn, path: str | os.PathLike) -> None:
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    if _wal_needs_verifying(Path(path)):
+        # A -wal left by a crash (or copied in from another file) is replayed on
+        # read; a foreign one shows up only as damage in the pages it overlays.
+        # (Full-text index drift is not damage to the file: integrity_problems.)
+        problems, _fts = integrity_problems(conn, "quick_check")
+        if problems:
+            raise sqlite3.DatabaseError("; ".join(problems[:5]))
+
+
+__all__ = ["SIDECARS", "WAL_QUICK_CHECK_MAX_BYTES", "check_not_symlink", "log_size", "make_private",
            "probe_database"]

@@ -10,8 +10,9 @@ head. What it does, in order:
    ``-shm``). The fingerprint is checked again at the end. A child process reads and
    copies the files (``fileops``): the source may be live in this process (a store
    open on it), and closing a descriptor of it here would drop that store's locks.
-3. Creates the output at head with ``migrate.upgrade`` and drops its FTS layer so the
-   copy does not index row by row.
+3. Creates the output at head with ``migrate.upgrade`` (with an identity of its own,
+   ``stamp.py``, never the source's) and drops its FTS layer so the copy does not index
+   row by row.
 4. Copies every row-bearing table it can read: each head table present in the source,
    plus any other ordinary table (with the source's own DDL). Reads walk the table
    b-tree by rowid (``NOT INDEXED``, so damaged indexes do not matter), and a range that
@@ -44,12 +45,16 @@ from .backup import integrity as _integrity
 #: per process
 from ..library import SQLITE as sqlite3
 from .ops import copy_in_child, digests_in_child
+from .stamp import IDENTITY_KEY
 from .uri import absolute, file_uri
 
 #: rows per read while the table reads cleanly
 CHUNK = 1000
 #: ``state_meta`` keys the FTS layer owns: regenerated, never copied
 _GENERATED_META_PREFIXES = ("fts_",)
+#: ``state_meta`` keys of the file itself: the output has its own (``stamp.py``: its
+#: identity, so the output restored over the live store is seen as another file)
+_OWN_META_KEYS = (IDENTITY_KEY,)
 #: when the end of a damaged table cannot be read, look this far past the last good rowid
 _BLIND_SPAN = 1_000_000
 #: ... but stop after this many windows in a row where nothing could be read
@@ -475,7 +480,8 @@ def _copy_table(src, dst, name: str, sql: str, result: TableResult) -> None:
         for batch in batches:
             values = [row[1:] for row in batch]
             if skip:
-                values = [v for v in values if not str(v[key_at]).startswith(_GENERATED_META_PREFIXES)]
+                values = [v for v in values if not str(v[key_at]).startswith(_GENERATED_META_PREFIXES)
+                          and v[key_at] not in _OWN_META_KEYS]
             result.found += len(values)
             # rowcount counts the statement's own rows (total_changes would add the
             # display-order triggers' updates)

@@ -22,7 +22,10 @@ Healing (``repair``), never while another process may be writing:
    shared lock on it): ``StoreInUseError``, nothing written;
 3. with the lock held, copy the file and its ``-wal``/``-shm`` to
    ``<name>.schema-backup-<UTC time>`` (+ ``-wal``/``-shm``), 0600. A child process
-   copies: closing a descriptor of the file in this process would drop SQLite's lock;
+   copies: closing a descriptor of the file in this process would drop SQLite's lock.
+   The copy is skipped when a backup of the same content is kept, and refused when the
+   volume lacks room; the attempt itself is bounded (``repair_limits``: one per
+   process, three per file);
 4. delete the duplicate rows (``writable_schema``) and bump the schema cookie, in one
    transaction;
 5. verify on a fresh connection: the schema loads and ``PRAGMA integrity_check`` says
@@ -50,6 +53,7 @@ from ....errors import (
 from ....policy import DEFAULT_BUSY_TIMEOUT
 from ..errors import is_busy_error
 from .ops import copy_in_child
+from .repair_limits import attempt, backup_before_repair
 from .probe import probe_database
 from .identity import FileWatch
 from ..library import SQLITE as sqlite3
@@ -223,8 +227,9 @@ def repair(path: str | os.PathLike, *, busy_timeout: float = DEFAULT_BUSY_TIMEOU
             return RepairReport(str(p), "healthy", seconds=time.monotonic() - started)
         if not diagnosis.healable:
             _refuse(p, diagnosis)
-        backup, removed = _heal_exclusively(p, busy_timeout)
-        _verify(p, backup)
+        with attempt(p):  # bounded: attempts, backups, room (``repair_limits``)
+            backup, removed = _heal_exclusively(p, busy_timeout)
+            _verify(p, backup)
     return RepairReport(str(p), "healed", [str(b) for b in backup], removed, "ok",
                         time.monotonic() - started)
 
@@ -286,15 +291,14 @@ def _still_the_file(conn, watch: FileWatch) -> None:
         watch.check()  # StoreReplacedError naming the path
 
 
-def _backup(p: Path) -> list[Path]:
+def _backup(p: Path, kind: str = "schema-backup") -> list[Path]:
     """Byte copies of the file and its sidecars, made by a child process (this one holds
-    the exclusive lock, which closing any descriptor of the file here would drop)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = p.with_name(f"{p.name}.schema-backup-{stamp}")
-    n = 1
-    while any(Path(f"{base}{s}").exists() for s in ("", "-wal", "-shm")):
-        n += 1
-        base = p.with_name(f"{p.name}.schema-backup-{stamp}-{n}")
+    the exclusive lock, which closing any descriptor of the file here would drop); the
+    kept one when a backup of the same content exists (``repair_limits``)."""
+    return backup_before_repair(p, lambda base: _copy(p, base), kind=kind)
+
+
+def _copy(p: Path, base: Path) -> list[Path]:
     pairs = [(p, base)] + [
         (Path(f"{p}{s}"), Path(f"{base}{s}")) for s in ("-wal", "-shm") if Path(f"{p}{s}").exists()
     ]

@@ -37,7 +37,11 @@ Public API (``conn`` is a SQLAlchemy ``Connection``; nothing here commits):
     gated for a later ``hermes_store.fts.maintenance.rebuild`` (``fill=False``).
     Where the cjk tokenizer is missing but a cjk index with triggers exists (a file
     from another machine), the cjk triggers are detached and ``fts_cjk_stale`` set,
-    so that writing messages keeps working.
+    so that writing messages keeps working. A stale index gets no triggers here.
+``detach(conn, key, value) -> list[str]``, ``attach(conn, key)``, ``recreate(conn, table)``
+    Take the triggers of the indexes a stale key names (``STALE``) out and set the key;
+    put them back and clear it; drop an index (by hand where FTS5 cannot open it) and
+    create it empty — for ``maintenance.detach_damaged`` and ``maintenance.rebuild``.
 ``drop_fts(conn)``
     Drop every FTS trigger, view and virtual table (also a cjk table whose tokenizer
     cannot be loaded) and the rebuild-gate keys.
@@ -62,11 +66,13 @@ import logging
 from sqlalchemy.engine import Connection
 
 from ....fts.layout import (
+    FTS_STALE_KEY,
     FTS_TABLE,
     TOOL_CONTENT_PREFIX_CHARS,
     TRIGRAM_EXCLUDED_SOURCES,
     TRIGRAM_TABLE,
 )
+from ..errors import is_index_damage
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from ..library import SQLITE as sqlite3
@@ -306,6 +312,16 @@ END""",
     return view, table, triggers
 
 
+#: stale key -> (the FTS tables it covers, their triggers): while the key is set those
+#: triggers are detached and the tables behind ``messages``; only a full rebuild
+#: (``maintenance.rebuild``) re-attaches them. The word and trigram indexes go stale
+#: together when found damaged; the cjk index when damaged or without its tokenizer.
+STALE = {
+    FTS_STALE_KEY: ((FTS_TABLE, TRIGRAM_TABLE), tuple(TRIGGERS)),
+    CJK_STALE_KEY: ((CJK_TABLE,), CJK_TRIGGERS),
+}
+
+
 # --------------------------------------------------------------------------- names
 
 
@@ -440,8 +456,9 @@ def create_fts(
         else:
             _set_meta(conn, REBUILD_HIGH_WATER_KEY, _max_message_id(conn))
             _set_meta(conn, REBUILD_PROGRESS_KEY, 0)
-    for ddl in TRIGGERS.values():
-        conn.exec_driver_sql(ddl)
+    if _meta(conn, FTS_STALE_KEY) is None:  # a stale index is re-attached by a rebuild only
+        for ddl in TRIGGERS.values():
+            conn.exec_driver_sql(ddl)
 
     if cjk:
         if _create_cjk(conn, cjk_tokenizer, fill=fill, has_rows=has_rows):
@@ -474,25 +491,40 @@ def _create_cjk(conn: Connection, tokenizer: str, *, fill: bool, has_rows: bool)
 
 def _detach_cjk_triggers(conn: Connection) -> None:
     """Without the tokenizer, a live cjk trigger makes every message write fail."""
-    present = [t for t in CJK_TRIGGERS if _exists(conn, "trigger", t)]
-    if not present:
-        return
-    log.warning(
-        "FTS5 tokenizer %s is not available: detaching the %s index (marked stale; "
-        "a full FTS rebuild on a machine with the tokenizer restores it)",
-        CJK_TOKENIZER, CJK_TABLE,
-    )
-    _set_meta(conn, CJK_STALE_KEY, 1)
-    for trigger in present:
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
+    if detach(conn, CJK_STALE_KEY, 1):
+        log.warning(
+            "FTS5 tokenizer %s is not available: detaching the %s index (marked stale; "
+            "a full FTS rebuild on a machine with the tokenizer restores it)",
+            CJK_TOKENIZER, CJK_TABLE,
+        )
 
 
-def attach_cjk(conn: Connection, tokenizer: str = CJK_TOKENIZER) -> None:
-    """(Re)create the cjk triggers after a full rebuild of the cjk index; clears the
-    stale mark. Used by ``maintenance.rebuild``."""
-    _delete_meta(conn, CJK_STALE_KEY)
-    for ddl in cjk_ddl(tokenizer)[2].values():
+def detach(conn: Connection, key: str, value) -> list[str]:
+    """Drop the triggers of the indexes stale key ``key`` covers (``STALE``) and set the
+    key to ``value``, in the caller's transaction; returns the triggers dropped (none:
+    none was attached, and the key is left as it was)."""
+    present = [t for t in STALE[key][1] if _exists(conn, "trigger", t)]
+    if present:
+        _set_meta(conn, key, value)
+        for trigger in present:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
+    return present
+
+
+def attach(conn: Connection, key: str, tokenizer: str = CJK_TOKENIZER) -> None:
+    """(Re)create the triggers of the indexes ``key`` covers, once a full rebuild filled
+    them from ``messages`` in this transaction; clears the stale mark."""
+    _delete_meta(conn, key)
+    triggers = cjk_ddl(tokenizer)[2] if key == CJK_STALE_KEY else TRIGGERS
+    for ddl in triggers.values():
         conn.exec_driver_sql(ddl)
+
+
+def recreate(conn: Connection, table: str, tokenizer: str = CJK_TOKENIZER) -> None:
+    """Drop FTS table ``table`` and create it empty (a stale index, for a rebuild: FTS5
+    cannot even open one whose structure record is damaged)."""
+    _drop_virtual_table(conn, table)
+    conn.exec_driver_sql(cjk_ddl(tokenizer)[1] if table == CJK_TABLE else VIRTUAL_TABLES[table])
 
 
 def drop_fts(conn: Connection) -> None:
@@ -508,7 +540,7 @@ def drop_fts(conn: Connection) -> None:
         _delete_meta(
             conn,
             REBUILD_HIGH_WATER_KEY, REBUILD_PROGRESS_KEY,
-            CJK_REBUILD_HIGH_WATER_KEY, CJK_REBUILD_PROGRESS_KEY, CJK_STALE_KEY,
+            CJK_REBUILD_HIGH_WATER_KEY, CJK_REBUILD_PROGRESS_KEY, *STALE,
         )
 
 
@@ -517,55 +549,34 @@ def _drop_virtual_table(conn: Connection, table: str) -> None:
     try:
         raw.execute(f"DROP TABLE {table}")
         return
-    except sqlite3.OperationalError as exc:
-        if "no such tokenizer" not in str(exc):
+    except sqlite3.DatabaseError as exc:
+        if "no such tokenizer" not in str(exc) and not is_index_damage(exc):
             raise
-    # FTS5 must load the tokenizer even to drop the table. Without it, drop the shadow
-    # tables (ordinary tables) and remove the table's own schema row by hand.
-    log.warning("dropping %s without its tokenizer (not available here)", table)
+        why = str(exc)
+    # FTS5 must load the tokenizer and read the index's structure record even to drop
+    # the table. Where it cannot, drop the shadow tables (ordinary tables) and remove
+    # the table's own schema row by hand.
+    log.warning("dropping %s by hand: FTS5 cannot open it here (%s)", table, why)
     for suffix in SHADOW_SUFFIXES:
         raw.execute(f"DROP TABLE IF EXISTS {table}{suffix}")
     raw.execute("PRAGMA writable_schema = ON")
     try:
         raw.execute("DELETE FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        # a new schema cookie: every connection, this one too, forgets the table
+        cookie = raw.execute("PRAGMA schema_version").fetchone()[0]
+        raw.execute(f"PRAGMA schema_version = {cookie + 1}")
     finally:
         raw.execute("PRAGMA writable_schema = OFF")
 
 
 __all__ = [
-    "CJK_REBUILD_HIGH_WATER_KEY",
-    "CJK_REBUILD_PROGRESS_KEY",
-    "CJK_SRC_VIEW",
-    "CJK_STALE_KEY",
-    "CJK_TABLE",
-    "CJK_TOKENIZER",
-    "CJK_TRIGGERS",
-    "FTS_SRC_VIEW",
-    "FTS_STORAGE_VERSION",
-    "FTS_STORAGE_VERSION_KEY",
-    "FTS_TABLE",
-    "FTS_TABLES",
-    "FTS_TRIGGERS",
-    "FTS_VIEWS",
-    "REBUILD_HIGH_WATER_KEY",
-    "REBUILD_PROGRESS_KEY",
-    "SHADOW_SUFFIXES",
-    "TOOL_CONTENT_PREFIX_CHARS",
-    "TRIGGERS",
-    "TRIGRAM_EXCLUDED_SOURCES",
-    "TRIGRAM_SRC_VIEW",
-    "TRIGRAM_TABLE",
-    "VIEWS",
-    "VIRTUAL_TABLES",
-    "attach_cjk",
-    "cjk_ddl",
-    "cjk_tokenizer_available",
-    "create_fts",
-    "drop_fts",
-    "fts5_available",
-    "indexed_content",
-    "is_fts_object",
-    "stamp_storage_version",
-    "table_usable",
-    "trigram_session_predicate",
+    "CJK_REBUILD_HIGH_WATER_KEY", "CJK_REBUILD_PROGRESS_KEY", "CJK_SRC_VIEW",
+    "CJK_STALE_KEY", "CJK_TABLE", "CJK_TOKENIZER", "CJK_TRIGGERS", "FTS_SRC_VIEW",
+    "FTS_STALE_KEY", "FTS_STORAGE_VERSION", "FTS_STORAGE_VERSION_KEY", "FTS_TABLE",
+    "FTS_TABLES", "FTS_TRIGGERS", "FTS_VIEWS", "REBUILD_HIGH_WATER_KEY",
+    "REBUILD_PROGRESS_KEY", "SHADOW_SUFFIXES", "STALE", "TOOL_CONTENT_PREFIX_CHARS",
+    "TRIGGERS", "TRIGRAM_EXCLUDED_SOURCES", "TRIGRAM_SRC_VIEW", "TRIGRAM_TABLE", "VIEWS",
+    "VIRTUAL_TABLES", "attach", "cjk_ddl", "cjk_tokenizer_available", "create_fts",
+    "detach", "drop_fts", "fts5_available", "indexed_content", "is_fts_object", "recreate",
+    "stamp_storage_version", "table_usable", "trigram_session_predicate"
 ]

@@ -13,15 +13,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ....fts.layout import FTS_TABLE, TRIGRAM_TABLE
+from ....fts.layout import FTS_STALE_KEY, FTS_TABLE, TRIGRAM_TABLE
 from ....fts.query import SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_OPEN, SNIPPET_TOKENS
-from ...base import SearchRoute
+from ...facets import SearchRoute
 
-#: which of the two FTS5 tables the open file has (run with ``PRESENT_INDEXES_VALUES``)
+#: which of the two FTS5 tables the open file has and search may use (run with
+#: ``PRESENT_INDEXES_VALUES``): none while they are stale (found damaged and detached,
+#: ``maintenance.detach_damaged``), so every query takes the bounded LIKE scan, which
+#: also finds the messages written since
 PRESENT_INDEXES = sa.text(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b)"
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (:a, :b) "
+    "AND NOT EXISTS (SELECT 1 FROM state_meta WHERE key = :stale)"
 )
-PRESENT_INDEXES_VALUES = {"a": FTS_TABLE, "b": TRIGRAM_TABLE}
+PRESENT_INDEXES_VALUES = {"a": FTS_TABLE, "b": TRIGRAM_TABLE, "stale": FTS_STALE_KEY}
 
 
 def available_indexes(conn: sa.Connection) -> frozenset[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...base import Migrations, StoreState
+from ...facets import Migrations, StoreState
 
 # Light by design: a new file is created at head (``create.py``) and a file at head is
 # recognised (``head.py``) without importing Alembic; each method imports what it runs.

@@ -9,8 +9,10 @@ statements are ``head_schema`` (beside this module): what the revisions leave in
 ``sqlite_master``, byte for byte, in the order they created it (tables, indexes, the
 display-order triggers, the FTS views, virtual tables and triggers), the FTS5
 ``'rebuild'`` they end with, and the rows they write (``alembic_version`` at head,
-``schema_version``, ``state_meta``'s ``fts_storage_version``). Replaying the very text
-the stairway produced, rather than rendering Core's DDL, keeps one shape of head file:
+``schema_version``, ``state_meta``'s ``fts_storage_version``); a store's file also gets
+its own random identity there (``files/stamp.py``; not part of the head schema: a
+stairway file is stamped at its first writable open). Replaying the very text the
+stairway produced, rather than rendering Core's DDL, keeps one shape of head file:
 a new file and an upgraded one have the same column order and the same stored CREATE
 text, so every later revision, downgrade and repair meets the same schema whichever way
 the file reached head (``tests/migrations/test_new_store.py`` builds both and compares
@@ -33,6 +35,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from . import head_schema
+from ..files import stamp
 from ..files.ops import migration_lock
 from ..library import SQLITE as sqlite3
 
@@ -40,10 +43,12 @@ from ..library import SQLITE as sqlite3
 PROGRESS = "head schema created in one step"
 
 
-def create(conn: sqlite3.Connection) -> bool:
+def create(conn: sqlite3.Connection, identity: int | None = None) -> bool:
     """Create the head schema on the empty database behind ``conn``, in one
     ``BEGIN IMMEDIATE`` transaction; False (nothing written) when the database has any
-    object already. Raises what SQLite raises, the transaction rolled back."""
+    object already. Raises what SQLite raises, the transaction rolled back.
+    ``identity``: the file's identity, stamped in the same transaction (``files/stamp``;
+    a store's file always has one, the stairway's golden comparison none)."""
     previous = conn.isolation_level
     conn.isolation_level = None  # our BEGIN is the only one
     try:
@@ -57,6 +62,8 @@ def create(conn: sqlite3.Connection) -> bool:
             for table, columns, values in head_schema.ROWS:
                 conn.execute(f"INSERT INTO {table} ({', '.join(columns)}) "
                              f"VALUES ({', '.join('?' * len(values))})", values)
+            if identity is not None:
+                stamp.write(conn, identity)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -135,21 +142,22 @@ def render(statements: tuple[str, ...], rows: tuple[tuple, ...], revision: str) 
 
 def create_file(path: Path, conn: sqlite3.Connection | None = None, *,
                 busy_timeout: float = 1.0) -> bool:
-    """Give the empty file at ``path`` the head schema in one step, under the migration
-    lock; False (nothing written) when it has any object already. ``conn``: a DBAPI
-    connection to it to use; else one of its own, in the journal mode the engine would
-    give it (``journal.py``: WAL on a local disk, DELETE on a VM share or network mount,
-    or an explicit setting)."""
+    """Give the empty file at ``path`` the head schema in one step, with an identity of
+    its own (``files/stamp``), under the migration lock; False (nothing written) when it
+    has any object already. ``conn``: a DBAPI connection to it to use; else one of its
+    own, in the journal mode the engine would give it (``journal.py``: WAL on a local
+    disk, DELETE on a VM share or network mount, or an explicit setting)."""
+    identity = stamp.new_identity()
     with migration_lock(path):
         if conn is not None:
-            return create(conn)
+            return create(conn, identity)
         from ..files import journal
 
         own = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
         try:
             own.execute("PRAGMA synchronous=FULL")
             journal.apply(own, journal.plan(path), path)
-            return create(own)
+            return create(own, identity)
         finally:
             own.close()
 
