@@ -17,6 +17,7 @@ module-level names agent 0.19.0 uses, each answering as upstream's module does
   switch back to (``prompts``).
 * ``AsyncSessionDB`` — the same methods, awaited, each run in a worker thread.
 * ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the schema version this package writes: 30),
+  ``MAX_FTS5_QUERY_CHARS`` (where a search query is cut, as upstream's),
   ``get_last_init_error``, ``format_session_db_unavailable``, ``workspace_key``,
   ``apply_wal_with_fallback``, ``is_malformed_db_error``, ``_db_opens_cleanly``,
   ``repair_state_db_schema`` (``health``).
@@ -45,6 +46,7 @@ from hermes_store.startup import collector_paused as _collector_paused
 with _collector_paused():  # the agent's processes pay this import (startup.py)
     from hermes_store import schema as _schema
     from hermes_store.agent import errors as _errors
+    from hermes_store.fts.query import MAX_FTS5_QUERY_CHARS
     from hermes_store.agent import health as _health
     from hermes_store.agent.prompts import keep_prompts_inline as _keep_prompts_inline
     from hermes_store.agent.raw import RawConnection as _RawConnection
@@ -54,7 +56,7 @@ with _collector_paused():  # the agent's processes pay this import (startup.py)
 T = TypeVar("T")
 
 __all__ = [
-    "AsyncSessionDB", "DEFAULT_DB_PATH", "SCHEMA_VERSION", "SessionDB",
+    "AsyncSessionDB", "DEFAULT_DB_PATH", "MAX_FTS5_QUERY_CHARS", "SCHEMA_VERSION", "SessionDB",
     "apply_wal_with_fallback", "format_session_db_unavailable", "get_last_init_error",
     "is_malformed_db_error", "repair_state_db_schema", "workspace_key",
 ]
@@ -176,8 +178,8 @@ def format_session_db_unavailable(prefix: str = "Session database not available"
         return f"{prefix}."
     hint = ""
     if any(marker in cause.lower() for marker in _health.WAL_REFUSED):
-        hint = (" (the state.db folder is probably on a network filesystem — NFS, SMB, "
-                "FUSE — where SQLite's WAL mode does not work)")
+        hint = (" (state.db may be on a network filesystem, NFS/SMB/FUSE, where SQLite's "
+                "WAL mode does not work — see https://www.sqlite.org/wal.html)")
     return f"{prefix}: {cause}{hint}."
 
 
@@ -193,6 +195,9 @@ def workspace_key(row: Dict[str, Any]) -> Optional[str]:
 
 apply_wal_with_fallback = _health.apply_wal_with_fallback
 is_malformed_db_error = _health.is_malformed_db_error
+#: the labels ``apply_wal_with_fallback`` has warned about, under upstream's name (its
+#: tests empty it between cases)
+_wal_fallback_warned_paths = _health._warned
 
 
 def _db_opens_cleanly(db_path: Path) -> Optional[str]:

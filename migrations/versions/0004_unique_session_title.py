@@ -8,6 +8,10 @@ built over duplicates. As upstream does (since ~0.19.0), the newest session keep
 the title and every older duplicate (smaller rowid) has its title set to NULL;
 the sessions themselves are all kept.
 
+``heal_rows`` is that clearing on its own: upstream runs it on every open when the
+index is missing, so adoption runs it on a file at v4 or later (adopt.py) before it adds
+the index — without it, a file upstream left without the index refused adoption.
+
 Downgrade drops the index only. The cleared duplicate titles are not restored:
 they were the ambiguous aliases the constraint exists to forbid, and upstream
 clears them the same way on every open.
@@ -39,12 +43,21 @@ CLEAR_OLDER_DUPLICATE_TITLES = """
 """
 
 
+def heal_rows(conn) -> None:
+    """Clear older duplicate titles when the unique index is missing (a connection of
+    the adoption's transaction; no Alembic context)."""
+    if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type = 'index' "
+                            "AND name = 'idx_sessions_title_unique'").first():
+        return
+    cleared = conn.exec_driver_sql(CLEAR_OLDER_DUPLICATE_TITLES).rowcount
+    if cleared:
+        log.warning("cleared %d duplicate session title(s) so titles can be unique", cleared)
+
+
 def upgrade() -> None:
     if h.has_index("idx_sessions_title_unique"):
         return
-    cleared = op.get_bind().exec_driver_sql(CLEAR_OLDER_DUPLICATE_TITLES).rowcount
-    if cleared:
-        log.warning("cleared %d duplicate session title(s) so titles can be unique", cleared)
+    heal_rows(op.get_bind())
     h.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique "
         "ON sessions(title) WHERE title IS NOT NULL"

@@ -15,6 +15,10 @@ Attribution (decision D6): upstream never said which of v12/v13 owned what; we
 give ``active`` to v12 as the 0.16.0 code comment does. So ``upgrade 0013`` has
 ``active`` while a real 0.15.x file (stamped 13) does not — adoption adds it.
 
+``heal_rows`` is the NULL→1 heal on its own: upstream runs it on every open (the rows
+were written at v12+ by its pre-fix INSERTs), so adoption runs it on a file at v12 or
+later (adopt.py), which this upgrade never sees again.
+
 Downgrade drops the index and the column (the NULL→1 heal has nothing to give
 back once the column is gone).
 
@@ -34,11 +38,19 @@ branch_labels = None
 depends_on = None
 
 
+HEAL_NULL_ACTIVE = "UPDATE messages SET active = 1 WHERE active IS NULL"
+
+
+def heal_rows(conn) -> None:
+    """``active`` NULL→1 (a connection of the adoption's transaction)."""
+    conn.exec_driver_sql(HEAL_NULL_ACTIVE)
+
+
 def upgrade() -> None:
     h.add_columns(
         "messages", sa.Column("active", sa.Integer, nullable=False, server_default=sa.text("1"))
     )
-    h.execute("UPDATE messages SET active = 1 WHERE active IS NULL")
+    h.execute(HEAL_NULL_ACTIVE)
     h.execute(
         "CREATE INDEX IF NOT EXISTS idx_messages_session_active "
         "ON messages(session_id, active, timestamp)"

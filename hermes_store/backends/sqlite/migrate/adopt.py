@@ -8,11 +8,28 @@ columns with their type/NOT NULL/default, indexes, FTS objects, re-deriving the
 full-text index when any of those was missing or different — then ``00NN`` is stamped.
 No row is lost. The Telegram topic tables are adopted the same way
 (``topics.adopt_telegram_topics``).
+
+What upstream runs on every open, whatever the version, is run here too: a revision may
+define ``heal_rows(conn)`` (0004: older duplicate titles cleared when the unique title
+index is missing; 0012: ``active`` NULL→1, upstream #51646), and adoption runs it for every
+revision up to the file's, between adding columns and adding indexes — upgrading from the
+stamp would never run those revisions again.
+
+A file under Alembic whose ``schema_version`` is below its stamp (``inspect.classify``
+reports it at that version) has rows upstream's data steps after that version have not
+seen, as far as upstream's own bookkeeping goes: its stamp is moved back to that version
+(no step runs) and the upgrade replays the revisions above it, which skip the objects that
+exist and run their data steps (tag delegates, seed usage, read ``sessions.json``…), as
+upstream re-runs its steps above the version it reads. The indexes of its stamp's shape
+that it lacks are added back first, after the same row heals (``_behind_its_stamp``); so
+are head's on a file stamped at head that another tool took one from (``alembic upgrade
+head`` heals it; an open does not yet: ``ensure_schema`` trusts the stamp).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -25,7 +42,11 @@ from sqlalchemy.pool import StaticPool
 
 from .... import errors
 from .. import library as _library
+from . import head_schema
+from .head import head_indexes
 from .inspect import classify
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -138,13 +159,16 @@ def adopt(conn: sa.Connection, scripts: ScriptDirectory, where: object = "databa
     (tables, columns with their type/NOT NULL/default, indexes, and FTS objects —
     re-deriving the full-text index when any of those was missing or different);
     make sure ``schema_version`` holds N; stamp ``00NN``. Nothing else changes and no
-    row is lost. Returns None when there is nothing to adopt (already managed, or
-    empty).
+    row is lost. A managed file whose ``schema_version`` is below its stamp is stamped
+    back to it (module docstring). Returns the revision stamped, or None when there is
+    nothing to adopt (managed and consistent, or empty).
     """
     with join_or_begin(conn):
         kind, revision, version = classify(
             lambda sql: conn.exec_driver_sql(sql).fetchall(), scripts, where
         )
+        if kind == "alembic":
+            return _behind_its_stamp(conn, scripts, revision, version, where)
         if kind != "upstream":
             return None
         target = revision_shape(scripts, revision)
@@ -155,6 +179,30 @@ def adopt(conn: sa.Connection, scripts: ScriptDirectory, where: object = "databa
                 conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (int(revision),))
         MigrationContext.configure(conn).stamp(scripts, revision)
         return revision
+
+
+def _behind_its_stamp(conn: sa.Connection, scripts: ScriptDirectory, revision: str | None,
+                      version: int | None, where: object) -> str | None:
+    """A managed file ``classify`` reports below its stamp (its ``schema_version`` is
+    lower): the indexes of the stamp's shape it lacks are added (with the rows healed
+    first, as upstream does on every open), then it is stamped back at ``revision``
+    without running a step, so the upgrade replays the revisions above (module
+    docstring). At head, only a dropped index is put back. Returns the revision
+    stamped, or None."""
+    stamped = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    if revision is None:
+        return None
+    if stamped == revision:
+        if stamped == head_schema.REVISION and not head_indexes() <= set(_shape_of(conn).indexes):
+            _heal_rows(conn, scripts, stamped)  # another tool dropped an index of head
+            _add_indexes(conn, revision_shape(scripts, stamped), _shape_of(conn))
+        return None
+    _heal_rows(conn, scripts, stamped)
+    _add_indexes(conn, revision_shape(scripts, stamped), _shape_of(conn))
+    log.warning("%s: schema_version says %s while the file is stamped %s; replaying the "
+                "revisions above %s", where, version, stamped, revision)
+    MigrationContext.configure(conn).stamp(scripts, revision)
+    return revision
 
 
 def heal(conn: sa.Connection, target: _Shape, scripts: ScriptDirectory, revision: str) -> None:
@@ -176,6 +224,12 @@ def heal(conn: sa.Connection, target: _Shape, scripts: ScriptDirectory, revision
             ddl += " NOT NULL" if notnull else ""
             ddl += f" DEFAULT {default}" if default is not None else ""
             conn.exec_driver_sql(ddl)
+    _heal_rows(conn, scripts, revision)
+    _add_indexes(conn, target, live)
+    _heal_fts(conn, live, target, scripts, revision)
+
+
+def _add_indexes(conn: sa.Connection, target: _Shape, live: _Shape) -> None:
     for name, sql in target.indexes.items():
         if name not in live.indexes:
             try:
@@ -185,7 +239,15 @@ def heal(conn: sa.Connection, target: _Shape, scripts: ScriptDirectory, revision
                     f"cannot create unique index {name}: the file holds duplicate values "
                     f"({exc.orig}); fix them and retry"
                 ) from exc
-    _heal_fts(conn, live, target, scripts, revision)
+
+
+def _heal_rows(conn, scripts: ScriptDirectory, revision: str) -> None:
+    """Every ``heal_rows(conn)`` of the revisions up to ``revision``, oldest first: what
+    upstream runs on every open of a file at that version (module docstring)."""
+    for script in reversed(list(scripts.walk_revisions(base="base", head=revision))):
+        heal_rows = getattr(script.module, "heal_rows", None)
+        if heal_rows is not None:
+            heal_rows(conn)
 
 
 def _heal_fts(conn, live: _Shape, target: _Shape, scripts, revision: str) -> None:

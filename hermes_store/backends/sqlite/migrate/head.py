@@ -6,13 +6,24 @@ migrations (``backends/sqlite/migrate``), which adopt, upgrade or refuse the fil
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 
 from ....revisions import head
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from ..library import SQLITE as sqlite3
 from ..files.uri import file_uri
+
+
+@functools.cache
+def head_indexes() -> frozenset[str]:
+    """The names of the indexes a file at head has (the frozen head schema)."""
+    from .head_schema import STATEMENTS
+
+    found = (re.match(r"CREATE (?:UNIQUE )?INDEX (\w+)", ddl) for ddl in STATEMENTS)
+    return frozenset(m.group(1) for m in found if m)
 
 
 def stamped_at_head(path: str | os.PathLike) -> bool:
@@ -34,4 +45,4 @@ def stamped_at_head(path: str | os.PathLike) -> bool:
     return stamps == [(newest,)] and versions == [(int(newest),)]
 
 
-__all__ = ["stamped_at_head"]
+__all__ = ["head_indexes", "stamped_at_head"]

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 
 from .... import errors
 from ....migrate.scripts import scripts
-from ...base import StoreState
+from ...facets import StoreState
 from ..errors import sqlite_errors
 from ..library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from ..library import integrity_problems
@@ -66,6 +66,11 @@ def classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where:
                 f"{where}: stamped with revision {revision!r}, which this package does not "
                 "know; it was migrated by a different tool"
             ) from None
+        if version is not None and revision.isdigit() and version < int(revision):
+            # upstream's version table says the data steps after `version` have not run
+            # on these rows: the file is at that version, and an upgrade replays the
+            # revisions above it (adopt.py)
+            return "alembic", f"{version:04d}", version
         return "alembic", revision, version
     if version is not None:
         return "upstream", f"{version:04d}", version
