@@ -17,26 +17,15 @@ back with ``hermes-store agent disable`` — so it keeps both copies of each pro
 
 Readers of this package take the inline text first, then the de-duplicated row, so both
 agree. The price is the de-duplication's space saving, for as long as the marker stays;
-PostgreSQL databases never get it (no pre-v25 reader can open them).
+PostgreSQL databases never get it (no pre-v25 reader can open them); a copy from one into
+a file does (``hermes-store db copy``, ``dbcopy``).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .. import schema
-from ..repository.system_prompts import INLINE_PROMPTS_KEY, keeps_prompts_inline
-
-S, P, M = schema.sessions, schema.system_prompts, schema.state_meta
-
-
-def _fill_inline(conn: sa.Connection) -> int:
-    prompt = sa.select(P.c.prompt).where(P.c.hash == S.c.system_prompt_hash).scalar_subquery()
-    return conn.execute(
-        sa.update(S)
-        .where(S.c.system_prompt.is_(None), S.c.system_prompt_hash.is_not(None))
-        .values(system_prompt=prompt)
-    ).rowcount
+from ..repository.system_prompts import keeps_prompts_inline, share_prompts_inline
 
 
 def keep_prompts_inline(db, *, refill: bool = False) -> int:
@@ -48,14 +37,9 @@ def keep_prompts_inline(db, *, refill: bool = False) -> int:
         return 0  # a server database: no pre-v25 reader opens it
 
     def unit(conn: sa.Connection) -> int:
-        marked = keeps_prompts_inline(conn)
-        if marked and not refill:
+        if keeps_prompts_inline(conn) and not refill:
             return 0
-        filled = _fill_inline(conn)
-        if not marked:
-            conn.execute(sa.delete(M).where(M.c.key == INLINE_PROMPTS_KEY))
-            conn.execute(sa.insert(M).values(key=INLINE_PROMPTS_KEY, value="1"))
-        return filled
+        return share_prompts_inline(conn)
 
     with db._read() as conn:
         if keeps_prompts_inline(conn) and not refill:

@@ -39,17 +39,22 @@ or SQLAlchemy URLs (:mod:`hermes_store.location`).
        ids are never reused; SQLite's ``foreign_key_check`` must be clean.
     6. **Verify** (:func:`verify_copy`): every table's row count and content hash on
        both sides; a mismatch raises :class:`CopyMismatchError` naming the tables. The
-       progress record is removed only once verification passed.
+       progress record is removed only once verification passed — into a file, in the
+       transaction that puts every system prompt back on its session row and marks the
+       file to keep them there (``repository.system_prompts.share_prompts_inline``): a
+       file is what a user takes back to a pre-v25 agent, which reads prompts only there.
 
 What is copied: every table of the head schema but ``schema_version`` (the destination
 is created at head itself), the Telegram topic tables when the source has them, and
-every ``state_meta`` key but the full-text layer's own (``fts_*``): derived data is
-rebuilt in the destination, never copied. Ids and values come through unchanged:
+every ``state_meta`` key but the full-text layer's own (``fts_*``: derived data is
+rebuilt in the destination, never copied) and a file's own (its identity, its
+``inline_system_prompts`` mark). Ids and values come through unchanged:
 ``messages.id``, every character of text (NUL and the ``"\\x00json:"`` marker through
 PostgreSQL's NUL encoding), REAL values bit for bit, 64-bit integers, BLOBs.
 
 The content hash of a table: each row's values (in the head schema's column order, as
-Python reads them from either engine) hashed with BLAKE2b, and the row hashes summed
+Python reads them from either engine; a session's inline system prompt as none where it
+repeats the prompt the row references) hashed with BLAKE2b, and the row hashes summed
 modulo 2**128. The sum does not depend on the order rows are read in, so the two engines'
 collations (and the NUL encoding's effect on the order of keys) cannot make equal tables
 differ; rows are still streamed in key order in bounded batches.

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import errors, schema, telegram_schema
+from ..repository.system_prompts import share_prompts_inline
 from .reading import read_batches, table_digest
 from ..errors import CopyError, CopyMismatchError
 from .report import CopyReport, mismatch_message
@@ -111,12 +112,23 @@ def copy_store(
         if not report.ok:
             raise CopyMismatchError(mismatch_message(report), report)
         with dst.unit() as conn:
+            report.inline_prompts = _share_prompts_inline(dst, conn)
             progress_table.drop(conn)
     finally:
         report.seconds = time.monotonic() - started
         src.close()
         dst.close()
     return report
+
+
+def _share_prompts_inline(dst: Side, conn: Connection) -> int | None:
+    """A file is what a user takes back to the agent version they came from, which reads
+    a system prompt only inline (pre-v25): every prompt goes back there and the file is
+    marked to keep them so (``repository.system_prompts``), as the agent's own file is.
+    Nothing on a server: no such reader opens it."""
+    if not dst.backend.stores_files:
+        return None
+    return share_prompts_inline(conn)
 
 
 def _check_resumable(dst: Side, src: Side, resume: bool) -> None:

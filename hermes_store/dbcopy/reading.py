@@ -56,16 +56,18 @@ def read_batches(
     *,
     max_rows: int = BATCH_ROWS,
     max_bytes: int = BATCH_BYTES,
+    columns: Sequence[sa.ColumnElement] | None = None,
 ) -> Iterator[Batch]:
     """Batches of ``spec``'s table after key ``after``, in key order. Each batch is one
     ``SELECT … WHERE key > last ORDER BY key LIMIT n``; ``n`` shrinks when rows are
-    large so that a batch holds about ``max_bytes``."""
+    large so that a batch holds about ``max_bytes``. ``columns``: what is read of each
+    row (``spec.columns``, or expressions in their places)."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows!r}")
     positions = spec.key_positions
     limit = max_rows
     last = tuple(after) if after is not None else None
-    base = sa.select(*spec.columns).order_by(*spec.key)
+    base = sa.select(*(columns or spec.columns)).order_by(*spec.key)
     while True:
         stmt = base
         condition = _after(spec, last)
@@ -98,10 +100,11 @@ def row_digest(row: tuple) -> int:
 
 def table_digest(conn: Connection, spec: Spec, *, tick: Callable[[int], None] | None = None,
                  max_rows: int = BATCH_ROWS) -> tuple[int, str]:
-    """``(rows, hash)`` of one table as the connection reads it (streamed)."""
+    """``(rows, hash)`` of one table as the connection reads it (streamed), each row as
+    verification compares it (``Spec.compared_columns``)."""
     count = 0
     total = 0
-    for batch in read_batches(conn, spec, max_rows=max_rows):
+    for batch in read_batches(conn, spec, max_rows=max_rows, columns=spec.compared_columns):
         for row in batch.rows:
             if spec.keep(row):
                 count += 1

@@ -44,6 +44,9 @@ class CopyReport:
     verified: bool = False
     #: the destination still holds a progress record (a copy that did not finish)
     unfinished: bool = False
+    #: a file destination: the session rows whose system prompt the copy put back inline
+    #: for pre-v25 readers (``copy._share_prompts_inline``); None for a server
+    inline_prompts: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,6 +89,7 @@ class CopyReport:
             "messages_per_second": self.messages_per_second,
             "verified": self.verified,
             "unfinished": self.unfinished,
+            "inline_prompts": self.inline_prompts,
             "mismatched": self.mismatched,
             "ok": self.ok,
         }

@@ -190,7 +190,8 @@ def check_source(src: Side, *, strict_destination: bool) -> bool:
 
 def _is_schema_meta_key(key: str) -> bool:
     """``state_meta`` keys a freshly created destination writes itself."""
-    return key.startswith(DERIVED_META_PREFIXES) or key == telegram_schema.META_KEY
+    return (key.startswith(DERIVED_META_PREFIXES) or key == telegram_schema.META_KEY
+            or key == schema.FILE_IDENTITY_KEY)
 
 
 def holds_rows(conn: Connection, specs_: list[Spec], present: set[str]) -> list[str]:

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from .. import schema, telegram_schema
 from ..display_order import TRIGGER_NAMES
+from ..repository.system_prompts import INLINE_PROMPTS_KEY
 
 #: the most rows one batch reads and writes (``--batch-rows``)
 BATCH_ROWS = 5000
@@ -65,10 +66,32 @@ class Spec:
         return [names.index(c.name) for c in self.key]
 
     def keep(self, row: Sequence) -> bool:
-        """Rows that are copied and compared (``state_meta``: not the FTS layer's keys)."""
+        """Rows that are copied and compared (``state_meta``: not the FTS layer's keys,
+        nor a file's own identity, nor its sharing with pre-v25 readers)."""
         if self.table is schema.state_meta:
-            return not str(row[0]).startswith(DERIVED_META_PREFIXES)
+            key = str(row[0])
+            return not key.startswith(DERIVED_META_PREFIXES) and key != schema.FILE_IDENTITY_KEY \
+                and key != INLINE_PROMPTS_KEY
         return True
+
+    @property
+    def compared_columns(self) -> list[sa.ColumnElement]:
+        """The columns as verification reads them (``columns``' order and names): a
+        session's inline prompt counts as none where it repeats the prompt the row
+        references — a copy into a file keeps prompts inline for pre-v25 readers
+        (``copy._share_prompts_inline``), and the same prompt is the same data."""
+        if self.table is not schema.sessions:
+            return self.columns
+        return [_prompt_as_compared() if c is _S.c.system_prompt else c for c in self.columns]
+
+
+_S, _P = schema.sessions, schema.system_prompts
+
+
+def _prompt_as_compared() -> sa.ColumnElement:
+    referenced = sa.select(_P.c.prompt).where(_P.c.hash == _S.c.system_prompt_hash)
+    return sa.case((_S.c.system_prompt == referenced.scalar_subquery(), sa.null()),
+                   else_=_S.c.system_prompt).label(_S.c.system_prompt.name)
 
 
 #: head tables in dependency order; ``schema_version`` is the destination's own

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
-from ..sql.constructs import ascii_lower, insert_for
+from ..sql.constructs import ascii_lower, insert_for, text_order
 from .kinds import RECOVERABLE_END_REASONS
 from .rows import row_dict, session_columns
 from ..sql.values import scrub_surrogates
@@ -250,7 +250,7 @@ class GatewayMixin(RepositoryBase):
         row = conn.execute(
             sa.select(*session_columns())
             .where(*terms, _recoverable(S))
-            .order_by(S.c.started_at.desc(), S.c.id.desc())
+            .order_by(S.c.started_at.desc(), text_order(S.c.id).desc())
             .limit(1)
         ).first()
         return row_dict(row) if row is not None else None
@@ -286,7 +286,7 @@ class GatewayMixin(RepositoryBase):
             rows = conn.execute(
                 sa.select(S.c.id, S.c.user_id)
                 .where(*terms)
-                .order_by(S.c.started_at.desc(), S.c.id.desc())
+                .order_by(S.c.started_at.desc(), text_order(S.c.id).desc())
             ).all()
         if not rows:
             return None
@@ -322,7 +322,7 @@ class GatewayMixin(RepositoryBase):
         stmt = (
             sa.select(*session_columns(), last_active.label("last_active"))
             .where(S.c.session_key.is_not(None), S.c.started_at == newest_of_key)
-            .order_by(last_active.desc(), S.c.started_at.desc(), S.c.id.desc())
+            .order_by(last_active.desc(), S.c.started_at.desc(), text_order(S.c.id).desc())
         )
         if platform:
             stmt = stmt.where(

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from .. import schema, unit_locks
 from .base import RepositoryBase
 from .rows import row_dict, session_columns
+from ..sql.constructs import text_order
 
 S = schema.sessions
 
@@ -116,7 +117,7 @@ class HandoffMixin(RepositoryBase):
         stmt = (
             sa.select(*session_columns())
             .where(S.c.handoff_state == PENDING)
-            .order_by(S.c.started_at.asc(), S.c.id.asc())
+            .order_by(S.c.started_at.asc(), text_order(S.c.id).asc())
         )
         with self._read() as conn:
             return [row_dict(r) for r in conn.execute(stmt)]

@@ -17,7 +17,9 @@ import sqlalchemy as sa
 from .. import schema
 from . import kinds
 from .base import RepositoryBase
-from ..sql.constructs import ascii_lower, int_sum, like_nocase, limit_or_all, offset_or_zero
+from ..sql.constructs import (
+    ascii_lower, flat_head, int_sum, like_nocase, limit_or_all, offset_or_zero, text_order,
+)
 from ..sql.prebuilt import Prebuilt
 from .rows import as_cache_key, listing_filters, row_dict, session_columns
 from ..sql.values import LIKE_ESCAPE, like_containing
@@ -49,10 +51,10 @@ _USER_ROLE = sa.literal_column("'user'")
 
 
 def preview_source_of(s) -> sa.ColumnElement:
-    """The first user message (by time, then id), line breaks as spaces, cut to 63."""
-    flat = sa.func.replace(sa.func.replace(M.c.content, "\n", " "), "\r", " ")
+    """The first user message (by time, then id), line breaks as spaces, cut to 63
+    (as SQLite's ``substr``: a multimodal ``"\\x00json:…"`` message previews as "")."""
     first = (
-        sa.select(sa.func.substr(flat, 1, PREVIEW_CHARS + 3))
+        sa.select(flat_head(M.c.content, PREVIEW_CHARS + 3))
         .where(M.c.session_id == s.c.id, M.c.role == _USER_ROLE, M.c.content.is_not(None))
         .order_by(M.c.timestamp, M.c.id)
         .limit(1)
@@ -102,7 +104,7 @@ def _build_tip_step() -> sa.Select:
             kinds.is_continuation_candidate(child),
         )
         .order_by(preference, last_active_of(child).desc(),
-                  child.c.started_at.desc(), child.c.id.desc())
+                  child.c.started_at.desc(), text_order(child.c.id).desc())
         .limit(1)
     )
 
@@ -131,7 +133,7 @@ _HAS_MESSAGES = sa.select(M.c.id).where(M.c.session_id == sa.bindparam("sid")).l
 _RESUME_NEXT = (
     sa.select(S.c.id)
     .where(S.c.parent_session_id == sa.bindparam("sid"), kinds.is_continuation_candidate(S))
-    .order_by(S.c.started_at.desc(), S.c.id.desc())
+    .order_by(S.c.started_at.desc(), text_order(S.c.id).desc())
     .limit(1)
 )
 
@@ -270,7 +272,7 @@ def _activity_ordered(stmt, terms, id_query, search_query):
         stmt = stmt.where(sa.exists().where(
             chain.c.root_id == S.c.id, named.c.id == chain.c.cur_id, sa.or_(*matches)
         ))
-    return stmt.order_by(effective.desc(), S.c.started_at.desc(), S.c.id.desc())
+    return stmt.order_by(effective.desc(), S.c.started_at.desc(), text_order(S.c.id).desc())
 
 
 def _walk_to_tip(conn: sa.Connection, session_id: str) -> str:
@@ -395,7 +397,7 @@ class LineageMixin(RepositoryBase):
         stmt = (
             sa.select(*session_columns(), cte.c.depth)
             .join(cte, cte.c.id == S.c.id)
-            .order_by(cte.c.depth, S.c.started_at, S.c.id)
+            .order_by(cte.c.depth, S.c.started_at, text_order(S.c.id))
         )
         out, seen = [], {exclude}
         with self._read() as conn:
@@ -486,7 +488,7 @@ class LineageMixin(RepositoryBase):
         stmt = (
             sa.select(*session_columns(), last_active.label("last_active"))
             .outerjoin(latest, latest.c.session_id == S.c.id)
-            .order_by(last_active.desc(), S.c.started_at.desc(), S.c.id.desc())
+            .order_by(last_active.desc(), S.c.started_at.desc(), text_order(S.c.id).desc())
             .offset(offset_or_zero(offset))
         )
         if source:
@@ -512,7 +514,7 @@ class LineageMixin(RepositoryBase):
             )
             .where(S.c.model.is_not(None))
             .group_by(S.c.model)
-            .order_by(cost.desc(), S.c.model)
+            .order_by(cost.desc(), text_order(S.c.model))
         )
         with self._read() as conn:
             return [row_dict(r) for r in conn.execute(stmt)]
@@ -526,7 +528,7 @@ class LineageMixin(RepositoryBase):
                 S.c.input_tokens, S.c.output_tokens, total.label("total_tokens"),
                 S.c.estimated_cost_usd,
             )
-            .order_by(total.desc(), S.c.started_at.desc(), S.c.id)
+            .order_by(total.desc(), S.c.started_at.desc(), text_order(S.c.id))
             .limit(None if limit is None else limit_or_all(limit))
         )
         with self._read() as conn:
@@ -548,7 +550,7 @@ class LineageMixin(RepositoryBase):
             int_sum(U.c.reasoning_tokens).label("reasoning_tokens"),
             cost.label("estimated_cost_usd"),
             sa.func.sum(U.c.actual_cost_usd).label("actual_cost_usd"),
-        ).group_by(*group).order_by(cost.desc(), *group)
+        ).group_by(*group).order_by(cost.desc(), *map(text_order, group))
         if session_id is not None:
             stmt = stmt.where(U.c.session_id == session_id)
         with self._read() as conn:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import schema
 from .base import RepositoryBase
 from .conversation import CONVERSATION_COLUMNS
-from ..sql.constructs import ascii_lower, like_nocase, starts_with
+from ..sql.constructs import ascii_lower, like_nocase, starts_with, text_order
 from .lineage import (
     compression_chains,
     finish_rich_row,
@@ -83,7 +83,7 @@ class LookupsMixin(RepositoryBase):
         stmt = sa.select(*rich_columns(S)).join(best, best.c.root_id == S.c.id)
         stmt, effective = with_chain_activity(stmt, chain)
         stmt = stmt.order_by(
-            best.c.tier, effective.desc(), S.c.started_at.desc(), S.c.id.desc()
+            best.c.tier, effective.desc(), S.c.started_at.desc(), text_order(S.c.id).desc()
         ).limit(limit)
         with self._read() as conn:
             rows = [finish_rich_row(r) for r in conn.execute(stmt)]
@@ -107,7 +107,7 @@ class LookupsMixin(RepositoryBase):
             )
             .where(*terms)
             .group_by(S.c.cwd)
-            .order_by(S.c.cwd)
+            .order_by(text_order(S.c.cwd))
         )
         with self._read() as conn:
             rows = conn.execute(stmt).all()
@@ -135,7 +135,7 @@ class LookupsMixin(RepositoryBase):
         stmt = (
             sa.select(*rich_columns(S))
             .where(S.c.source == CRON_SOURCE, starts_with(S.c.id, prefix))
-            .order_by(S.c.started_at.desc(), S.c.id.desc())
+            .order_by(S.c.started_at.desc(), text_order(S.c.id).desc())
         )
         if limit is not None and limit >= 0:
             stmt = stmt.limit(limit)

@@ -44,7 +44,7 @@ from .conversation import (
     is_replayed_prompt,
     without_review_harness,
 )
-from ..sql.constructs import limit_or_all, offset_or_zero
+from ..sql.constructs import limit_or_all, offset_or_zero, text_length
 from .message_rows import (
     INSERT_MESSAGE,
     append_rows,
@@ -446,7 +446,8 @@ class MessagesMixin(RepositoryBase):
         messages of those roles outside the window (``keep_roles=None``: any role).
         """
         bookend = max(0, int(bookend))
-        nonempty = [M.c.session_id == session_id, sa.func.length(M.c.content) > 0]
+        # SQLite's length(): a multimodal "\x00json:…" message counts as empty
+        nonempty = [M.c.session_id == session_id, text_length(M.c.content) > 0]
         if keep_roles is not None:
             nonempty.append(M.c.role.in_(list(keep_roles)))
         with self._read() as conn:  # one snapshot: get_messages_around joins it

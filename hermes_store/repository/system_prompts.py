@@ -44,6 +44,23 @@ def keeps_prompts_inline(conn: sa.Connection) -> bool:
     return conn.execute(stmt).scalar() == "1"
 
 
+def share_prompts_inline(conn: sa.Connection) -> int:
+    """Mark the database as shared with a pre-v25 reader (``INLINE_PROMPTS_KEY``) and
+    put every de-duplicated prompt back inline, where that reader looks; returns how
+    many session rows got their prompt back. For a file such a reader may open: the
+    agent's (``hermes_store.agent.prompts``), a copy into a file (``dbcopy``)."""
+    prompt = sa.select(P.c.prompt).where(P.c.hash == S.c.system_prompt_hash).scalar_subquery()
+    filled = conn.execute(
+        sa.update(S)
+        .where(S.c.system_prompt.is_(None), S.c.system_prompt_hash.is_not(None))
+        .values(system_prompt=prompt)
+    ).rowcount
+    if not keeps_prompts_inline(conn):
+        conn.execute(sa.delete(M).where(M.c.key == INLINE_PROMPTS_KEY))
+        conn.execute(sa.insert(M).values(key=INLINE_PROMPTS_KEY, value="1"))
+    return filled
+
+
 def store_prompt(conn: sa.Connection, prompt: str) -> str:
     """Insert the prompt text once; return its hash. The unit shares the prompt's lock
     with every unit that stores it, so no unit deletes it meanwhile."""

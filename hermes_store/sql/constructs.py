@@ -32,6 +32,14 @@ each construct replaced):
 * ``int_sum(column)`` — ``sum()`` of an integer column as an integer: PostgreSQL's
   ``sum(bigint)`` is ``numeric`` (the driver would hand back ``Decimal``), SQLite's an
   integer.
+* ``flat_head(text, count)``, ``text_length(text)`` and ``text_order(column)`` —
+  a preview's ``substr(replace(replace(text, LF, ' '), CR, ' '), 1, count)``,
+  ``length(text)`` and the sort order of text as SQLite computes them: SQLite reads
+  text as a C string there (up to its first U+0000) and sorts by code point. Their
+  generic SQL is the plain functions (the column itself for the order); PostgreSQL
+  keeps U+0000 and U+0001 escaped (its NUL codec), so its own compilation reads through
+  the escape (``backends/postgresql/constructs.py``, which also makes ``like_nocase``
+  and ``json_text`` read text as SQLite does).
 On PostgreSQL ``json_text`` compiles to ``hermes_json_text()``, a function of the
 PostgreSQL head (``backends/postgresql/fts/ddl.py``) with the same NULL-for-malformed
 rule. ``starts_with`` renders PostgreSQL's own function there.
@@ -210,6 +218,70 @@ class int_sum(FunctionElement):
 def _int_sum_default(element, compiler, **kw):
     (column,) = element.clauses
     return f"CAST(sum({compiler.process(column, **kw)}) AS BIGINT)"
+
+
+# --------------------------------------------------------------------------- text as SQLite reads it
+
+
+class flat_head(FunctionElement):
+    """A preview's ``substr(replace(replace(text, LF, ' '), CR, ' '), 1, count)`` as
+    SQLite computes it: the first ``count`` characters of the text before its first
+    U+0000, line breaks as spaces."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "flat_head"
+    # the count is spelled into the SQL (PostgreSQL's reads it as a regex bound)
+    _traverse_internals = FunctionElement._traverse_internals + [
+        ("count", InternalTraversal.dp_plain_obj)]
+
+    #: the largest count (PostgreSQL's regular expressions bound a repeat by 255)
+    MAX_COUNT = 255
+
+    def __init__(self, text, count: int):
+        if not isinstance(count, int) or not 0 < count <= self.MAX_COUNT:
+            raise ValueError(f"flat_head needs a count in 1..{self.MAX_COUNT}, got {count!r}")
+        self.count = count
+        super().__init__(text)
+
+
+def _flatten_lines(text_sql: str) -> str:
+    """SQL: the text with CR and LF as spaces."""
+    return f"replace(replace({text_sql}, '\n', ' '), '\r', ' ')"
+
+
+@_generic(flat_head)
+def _flat_head_default(element, compiler, **kw):
+    (text,) = element.clauses
+    return f"substr({_flatten_lines(compiler.process(text, **kw))}, 1, {int(element.count)})"
+
+
+class text_length(FunctionElement):
+    """``length(text)`` as SQLite computes it: the characters before the first U+0000."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "text_length"
+
+
+@_generic(text_length)
+def _text_length_default(element, compiler, **kw):
+    (text,) = element.clauses
+    return f"length({compiler.process(text, **kw)})"
+
+
+class text_order(FunctionElement):
+    """A text column in an ORDER BY, sorted as SQLite sorts it (by code point)."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "text_order"
+
+
+@_generic(text_order)
+def _text_order_default(element, compiler, **kw):
+    (column,) = element.clauses
+    return compiler.process(column, **kw)
 
 
 # --------------------------------------------------------------------------- SQLite's paging

@@ -111,9 +111,26 @@ def _run_all_sides(request, venv, folder: Path) -> dict:
                        for side in SIDES}
             results = {side: f.result() for side, f in futures.items()}
             requests = {side: stub.lane(side) for side in SIDES}
+        homes[PG_BACK] = str(_copy_back(url, Path(homes["postgresql"]), folder))
     finally:
         pg_server.drop_database(name)
     return {"results": results, "requests": requests, "homes": homes}
+
+
+#: the home of the switch back from PostgreSQL: the server's database, after every flow,
+#: copied into a file (``_copy_back``)
+PG_BACK = "postgresql copied back"
+
+
+def _copy_back(url: str, pg_home: Path, folder: Path) -> Path:
+    """What a user who ran the agent on PostgreSQL takes back to 0.19.0: the PostgreSQL
+    side's home, its ``state.db`` (the agent's own async-delegation table, which
+    ``db copy`` does not write into) set aside, and ``hermes-store db copy URL
+    state.db`` from the server."""
+    home = folder / "postgresql-back" / "hermes"
+    shutil.copytree(pg_home, home, ignore=shutil.ignore_patterns("state.db*", "*.lock"))
+    store_cli("db", "copy", url, home / "state.db", check=True)
+    return home
 
 
 @pytest.fixture(scope="module")
@@ -339,6 +356,27 @@ def test_upstream_exports_what_hermes_store_wrote_with_every_system_prompt(runs,
     upstream_own = norm(runs, "upstream", runs["results"]["upstream"]["final export"]["stdout"])
     assert prompted == [r["id"] for r in upstream_own if r["system_prompt"]]
     assert len(prompted) >= 10
+
+
+def test_upstream_exports_a_copy_from_postgresql_as_the_sqlite_switch_back(runs, switched_back):
+    """Switching back from PostgreSQL (issue 32): upstream 0.19.0's export of the file
+    ``hermes-store db copy`` made from the server equals its export of the SQLite
+    store the agent ran on (the same flows ran on both), system prompts included."""
+    home = runs["homes"][PG_BACK]
+    export = subprocess.run([str(runs["venv"].hermes), "sessions", "export", "-"],
+                            capture_output=True, text=True, env=agent_env(home, upstream=True),
+                            cwd=home, timeout=600)
+    assert export.returncode == 0, export.stderr
+    # the data, and the paths in it, are the PostgreSQL side's
+    from_postgresql = normalise(export.stdout, runs["homes"]["postgresql"].parent)
+    on_sqlite = normalise(switched_back["export"].stdout, runs["homes"]["ours"].parent)
+    assert [r["id"] for r in from_postgresql] == [r["id"] for r in on_sqlite]
+    for pg_row, sqlite_row in zip(from_postgresql, on_sqlite):
+        # a prompt's hash differs where the prompt holds the side's own time or folder:
+        # the prompts themselves are compared (masked)
+        pg_row.pop("system_prompt_hash"), sqlite_row.pop("system_prompt_hash")
+        assert pg_row == sqlite_row, f"{pg_row['id']}: upstream reads the copy differently"
+    assert len([r for r in from_postgresql if r["system_prompt"]]) >= 10
 
 
 def test_upstream_writes_the_file_and_hermes_store_reads_it_back(switched_back):

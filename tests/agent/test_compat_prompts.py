@@ -125,7 +125,7 @@ def test_a_file_copied_back_from_postgresql_is_made_readable_for_019(upstream, p
     with ours.SessionDB(pg_url) as server:
         server.create_session("p1", "cli", system_prompt="From the server.")
     back = tmp_path / "state.db"
-    copy_store(pg_url, back)
-    assert _prompts_as_upstream_reads_them(upstream, back)["p1"] is None  # not marked
-    assert keep_file_readable_by_pre_v25(back) == 1
+    copy_store(pg_url, back)  # a copy into a file keeps the prompts inline (issue 32)
+    assert _prompts_as_upstream_reads_them(upstream, back)["p1"] == "From the server."
+    assert keep_file_readable_by_pre_v25(back) == 0  # nothing left to put back
     assert _prompts_as_upstream_reads_them(upstream, back)["p1"] == "From the server."

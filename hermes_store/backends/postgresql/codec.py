@@ -16,32 +16,42 @@ every path a string can take — Core statements, ``exec_driver_sql``, the prebu
 statements and ``COPY`` — and SQLite connections never see it (no cost, bytes
 untouched). A tool that reads the database without hermes_store sees the escaped
 form; :func:`decode_text` undoes it.
+
+What the server computes over stored text sees the escaped form too. Equality, ``IN``
+and prefix tests are exact on it (the substitution is one-to-one, and no escaped
+character is a prefix of another); what differs — SQLite reads text as a C string in
+``LIKE``, ``substr`` and ``length`` (up to its first U+0000), counts U+0001 as one
+character, and sorts U+0000 before U+0001 — the engine's constructs restore in SQL
+(``constructs.py``).
 """
 
 from __future__ import annotations
 
 import re
 
-_ESCAPE = "\x01"
-_ESCAPED = re.compile("\x01([\x01\x02])")
+#: the escape character, and what U+0001 and U+0000 become
+ESCAPE = "\x01"
+ESCAPED_ESCAPE = "\x01\x01"
+ESCAPED_NUL = "\x01\x02"
+_ESCAPED_PAIR = re.compile("\x01([\x01\x02])")
 
 
 def encode_text(value: str) -> str:
     """``value`` as stored on PostgreSQL (see module docstring)."""
-    if "\x00" not in value and _ESCAPE not in value:
+    if "\x00" not in value and ESCAPE not in value:
         return value
-    return value.replace(_ESCAPE, "\x01\x01").replace("\x00", "\x01\x02")
+    return value.replace(ESCAPE, ESCAPED_ESCAPE).replace("\x00", ESCAPED_NUL)
 
 
 def _unescape(match: re.Match) -> str:
-    return _ESCAPE if match.group(1) == _ESCAPE else "\x00"
+    return ESCAPE if match.group(1) == ESCAPE else "\x00"
 
 
 def decode_text(value: str) -> str:
     """The inverse of :func:`encode_text` (a lone U+0001, which it never writes, stays)."""
-    if _ESCAPE not in value:
+    if ESCAPE not in value:
         return value
-    return _ESCAPED.sub(_unescape, value)
+    return _ESCAPED_PAIR.sub(_unescape, value)
 
 
 def _codec_adapters():
@@ -65,7 +75,7 @@ def _codec_adapters():
                 if not self._encoding:  # SQL_ASCII: bytes (check_server refuses it)
                     return super().load(data)
                 text = str(data, self._encoding)
-                return decode_text(text) if _ESCAPE in text else text
+                return decode_text(text) if ESCAPE in text else text
 
         NulSafe.__name__ = f"NulSafe{base.__name__}"
         return NulSafe
@@ -98,4 +108,5 @@ def install_text_codec(dbapi_conn) -> None:
         adapters.register_loader(type_name, binary_loader)
 
 
-__all__ = ["decode_text", "encode_text", "install_text_codec"]
+__all__ = ["ESCAPE", "ESCAPED_ESCAPE", "ESCAPED_NUL", "decode_text", "encode_text",
+           "install_text_codec"]
