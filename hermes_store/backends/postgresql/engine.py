@@ -277,16 +277,26 @@ def _ping(dbapi_conn) -> str | None:
 SNAPSHOT_BEGIN = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 
 
+#: kB of a GIN index's pending list (rows indexed but not yet merged into the index)
+#: after which the write that grows it past this merges it. Every search reads the whole
+#: list: at the server's default (4 MB) that cost ~1.2 ms per search on the trigram index
+#: of a 100k-message store (~0.4 ms on the word index); at 1 MB a quarter of it, for no
+#: measurable cost per append (docs/performance.md, issue 32)
+GIN_PENDING_LIST_KB = 1024
+
+
 def write_begin(*, read_only: bool, lock_timeout: float | None) -> tuple[str, ...]:
     """The statements that begin a write unit's transaction: its isolation level and access
-    mode, and ``SET LOCAL lock_timeout`` — settings of this transaction alone, so they
-    hold behind a transaction pooler, which hands each transaction whatever server
-    session is free (decision D16). One simple query: one round trip, as psycopg's
-    own BEGIN."""
+    mode, ``SET LOCAL lock_timeout`` and (read-write) ``gin_pending_list_limit`` — settings
+    of this transaction alone, so they hold behind a transaction pooler, which hands each
+    transaction whatever server session is free (decision D16). One simple query: one
+    round trip, as psycopg's own BEGIN."""
     mode = "READ ONLY" if read_only else "READ WRITE"
     statements = (f"BEGIN ISOLATION LEVEL READ COMMITTED {mode}",)
     if lock_timeout is not None:
         statements += (f"SET LOCAL lock_timeout = {max(1, int(lock_timeout * 1000))}",)
+    if not read_only:
+        statements += (f"SET LOCAL gin_pending_list_limit = {GIN_PENDING_LIST_KB}",)
     return statements
 
 

@@ -287,7 +287,8 @@ def test_each_door_runs_in_its_transaction_mode(pg_url):
     assert begin[0] == "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     assert snapshot == ("repeatable read", "on", "0", False)
     assert unit_begin[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE; "
-                             "SET LOCAL lock_timeout = 750")
+                             "SET LOCAL lock_timeout = 750; "
+                             "SET LOCAL gin_pending_list_limit = 1024")
     assert lock[0].startswith("SELECT txid_current(), pg_advisory_xact_lock")
     assert upsert[0].startswith("INSERT")
     assert unit == ("read committed", "off", "750ms", False)
