@@ -6,19 +6,21 @@ The query text is sanitized and routed exactly as on SQLite (``query.sanitize_ft
 expressed in SQL:
 
 ``ROUTE_FTS`` (word index)
-    ``fts/tsquery.py`` turns the sanitized FTS5 expression into ``to_tsquery`` input
-    (:func:`tsquery_text`, with FTS5's grammar and precedence). :func:`matches` is the
-    ``@@`` condition on ``messages.fts_document``; :func:`rank` is ``-relevance`` so that,
-    as with FTS5's ``rank``, lower is better (:func:`relevance`: ``ts_rank`` divided by a
-    function of the text's length, bounded so that a first page ranks only the matches
-    that can reach it: ``PostgresqlSearch.best_page``); :func:`word_snippet` is FTS5's
-    ``snippet()`` computed in Python from the row (``fts.snippet``: the same tokens and
-    phrases, the same text as SQLite's; ``ts_headline`` marks what *its* parser sees).
+    :func:`tsquery_text` turns the sanitized FTS5 expression into ``to_tsquery`` input:
+    terms and phrases become lexemes (split where the document is split: at every run of
+    characters that is not a letter or digit), a phrase or a term that splits is joined
+    by ``<->``, ``term*`` becomes ``'term':*``, implicit and explicit ``AND`` become
+    ``&``, ``OR`` becomes ``|``, FTS5's binary ``a NOT b`` becomes ``a & !b``, with FTS5's
+    precedence (NOT, then AND, then OR). :func:`matches` is the ``@@`` condition on
+    ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
+    ``rank``, lower is better; :func:`word_snippet` is FTS5's ``snippet()`` computed in
+    Python from the row (``fts.snippet``: the same tokens and phrases, the same text as
+    SQLite's; ``ts_headline`` marks what *its* parser sees: ``chat-send`` as two marks).
 ``ROUTE_TRIGRAM`` (substrings, CJK)
-    ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``,
-    escaped; ``LIKE`` for a term without cased letters) of the trigram document
-    (:func:`trigram_document`), combined with the same AND/OR/NOT rules, restricted to
-    the index's scope (``fts_trigram_scope``) — the shape ``messages_fts_trigram`` serves.
+    ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
+    of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
+    rules, restricted to the index's scope (``fts_trigram_scope``) — the shape
+    ``messages_fts_trigram`` serves.
 ``ROUTE_LIKE`` (CJK terms too short for trigrams)
     Needs no index, so it is written once for both engines in ``repository.search``
     (``dialect.like_nocase``: LIKE as SQLite matches it).
@@ -40,11 +42,13 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from ....fts.layout import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
 from ....fts.query import (
+    FTS_OPERATORS,
     LIKE_SNIPPET_CHARS,
     LIKE_SNIPPET_LEAD,
     SNIPPET_CLOSE,
@@ -55,7 +59,6 @@ from ....fts.query import (
 )
 from ....fts.snippet import Phrase, SnippetQuery
 from ...facets import SearchRoute
-from ..constructs import before_nul, unescaped
 from ..errors import sqlstate_of
 from .ddl import (
     DOCUMENT_COLUMN,
@@ -65,8 +68,107 @@ from .ddl import (
     TS_CONFIG,
     WORD_INDEX,
 )
-from .tsquery import candidates_text, rank_text, tsquery_text
-from .tsquery import operands as expression_operands
+
+# The sanitized FTS5 expression: "phrases" (with "" escapes) and barewords, either one
+# optionally glued to a "*"; whitespace between them.
+_ITEM = re.compile(r'(?P<string>"(?:[^"]|"")*")(?P<sprefix>\*)?|(?P<word>[^\s"*]+)(?P<wprefix>\*)?|\S')
+#: the tokens a term splits into: runs of letters and digits (the document's rule)
+_WORDS = re.compile(r"[^\W_]+")
+
+
+def _lexemes(text: str) -> list[str]:
+    return _WORDS.findall(text)
+
+
+def _quoted(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _term(text: str, prefix: bool) -> "Phrase | None":
+    """One FTS5 term or phrase as its words (as written: ``to_tsquery`` folds the case
+    itself); None when it holds no word."""
+    words = tuple(_lexemes(text))
+    return Phrase(words, prefix) if words else None
+
+
+def _rendered(phrase: Phrase) -> str:
+    """A phrase as tsquery text: its words joined by ``<->``, ``:*`` on a prefix."""
+    lexemes = [_quoted(w) for w in phrase.words]
+    if phrase.prefix:
+        lexemes[-1] += ":*"
+    return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
+
+
+@dataclass
+class _Operand:
+    """One OR-operand: phrases AND-ed, each possibly negated (FTS5's binary NOT)."""
+
+    terms: list[tuple[bool, Phrase]]
+
+    @property
+    def matchable(self) -> bool:
+        return any(not negated for negated, _ in self.terms)  # else FTS5 matches nothing
+
+    def render(self) -> str | None:
+        if not self.matchable:
+            return None
+        kept = [f"!{_rendered(p)}" if negated else _rendered(p) for negated, p in self.terms]
+        return "(" + " & ".join(kept) + ")"
+
+
+def _operands(sanitized: str) -> list[_Operand]:
+    """The sanitized FTS5 expression as OR-operands of (negated, phrase), with FTS5's
+    precedence (NOT, then AND, then OR)."""
+    operands: list[_Operand] = [_Operand([])]
+    negate_next = False
+    for m in _ITEM.finditer(sanitized):
+        if m.group("string") is not None:
+            phrase = _term(m.group("string")[1:-1].replace('""', '"'), bool(m.group("sprefix")))
+        elif m.group("word") is not None:
+            word = m.group("word")
+            if word in FTS_OPERATORS and not m.group("wprefix"):
+                if word == "OR":
+                    operands.append(_Operand([]))
+                    negate_next = False
+                elif word == "NOT":
+                    negate_next = True
+                continue  # AND: the implicit conjunction
+            phrase = _term(word, bool(m.group("wprefix")))
+        else:
+            continue  # a stray character the sanitizer left: no meaning in a tsquery
+        if phrase is not None:
+            operands[-1].terms.append((negate_next, phrase))
+        negate_next = False
+    return operands
+
+
+@functools.lru_cache(maxsize=256)
+def tsquery_text(sanitized: str) -> str | None:
+    """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
+    searchable is left). Kept per expression, as ``snippet_query``: a search repeated
+    (the next page, a refreshed view) need not parse it again."""
+    parts = [p for p in (o.render() for o in _operands(sanitized)) if p is not None]
+    return " | ".join(parts) if parts else None
+
+
+@functools.lru_cache(maxsize=256)
+def rank_text(sanitized: str) -> str | None:
+    """The ``tsquery`` a match is ranked by: every word of the query's positive phrases,
+    OR-ed. As BM25 sums each term's score, ``ts_rank`` scores an OR by each word's
+    frequency, in one pass over the document; an AND or a phrase makes it pair the
+    words' positions, at several times the cost on long messages, for the same first
+    page (docs/performance.md, 2026-12-03)."""
+    words = []
+    for operand in _operands(sanitized):
+        if not operand.matchable:
+            continue
+        for negated, phrase in operand.terms:
+            if negated:
+                continue
+            words += [_quoted(w) for w in phrase.words]
+            if phrase.prefix:
+                words[-1] += ":*"
+    return " | ".join(dict.fromkeys(words)) or None
 
 
 @functools.lru_cache(maxsize=256)
@@ -76,7 +178,7 @@ def snippet_query(sanitized: str) -> SnippetQuery:
     Kept per expression (immutable): every hit of a search needs it again."""
     phrases: list[Phrase] = []
     operands = []
-    for operand in expression_operands(sanitized):
+    for operand in _operands(sanitized):
         numbered = []
         for negated, phrase in operand.terms:
             numbered.append((len(phrases), negated))
@@ -91,8 +193,7 @@ def word_snippet(expression: str, row: dict) -> str:
     ``TOOL_CONTENT_PREFIX_CHARS`` characters), the tool name, the tool calls."""
     content = row["content"]
     if row["role"] == "tool" and isinstance(content, str):
-        # as SQLite's substr() cuts it: up to a NUL (so a multimodal output is empty)
-        content = content.split("\x00", 1)[0][:TOOL_CONTENT_PREFIX_CHARS]
+        content = content[:TOOL_CONTENT_PREFIX_CHARS]
     return snippet_query(expression).snippet((content, row["tool_name"], row["tool_calls"]))
 
 
@@ -116,73 +217,20 @@ def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElemen
     return document(messages).op("@@", return_type=sa.Boolean)(query)
 
 
-#: The relevance of a match (higher is better): ``ts_rank`` of the query's words
-#: (``rank_text``, unnormalized) times their number — ``ts_rank`` averages the words'
-#: scores, BM25 sums them — capped at ``RANK_CAP`` (a word's score tends to it when
-#: said ever more often), divided by ln(2 + the indexed text's bytes ÷
-#: ``BYTES_PER_WORD``). As FTS5's bm25, a short message that holds the terms ranks above
-#: a long one that mentions them in passing, while a word said twice, or two of the
-#: query's words, still count.
-#: The length is the text's, read from the row without decompressing it
-#: (``octet_length``), rather than the ``tsvector``'s word count (``ts_rank``'s own
-#: normalization): so every match's rank has an upper bound, ``RANK_CAP`` ÷ that
-#: logarithm, known before its ``tsvector`` is read, and a page need not read the
-#: vectors of the long messages that cannot reach it (``PostgresqlSearch.best_page``).
-RANK_CAP = 0.1
-BYTES_PER_WORD = 6
-#: a row whose indexed text is longer than this is ranked on a first page only where it
-#: may reach it: its vector may be stored out of line (``PostgresqlSearch.best_page``)
-LONG_BYTES = 2048
+#: ``ts_rank``'s normalization: the rank divided by 1 + the logarithm of the document's
+#: length, so that — as FTS5's bm25 does — a short message that holds the terms ranks
+#: above a long one that mentions them in passing, while a term said twice still counts
+#: (dividing by the length itself, 2, tied "docker … docker" in 15 words with "docker"
+#: in 12, where bm25 and upstream's agent pick the first). The best-first page then is
+#: SQLite's: 19–20 of its 20 messages for most of the benchmark's queries at 100k,
+#: against 0–5 unnormalized (docs/performance.md, 2026-12-03)
+RANK_NORMALIZATION = 1
 
 
-def _sql(value) -> sa.ColumnElement:
-    """A constant written into the statement (not a parameter: the plan stays one)."""
-    return sa.literal_column(repr(value) + ("::float8" if isinstance(value, float) else ""),
-                             sa.Float if isinstance(value, float) else sa.Integer)
-
-
-def indexed_bytes(messages: sa.FromClause) -> sa.ColumnElement:
-    """The length of a row's text in bytes: its content and tool calls, where the word
-    index finds most of what it holds (``octet_length`` reads a stored value's length
-    without decompressing it)."""
-    m = messages.c
-    return (sa.func.coalesce(sa.func.octet_length(m.content), _sql(0))
-            + sa.func.coalesce(sa.func.octet_length(m.tool_calls), _sql(0)))
-
-
-def _divided(a: sa.ColumnElement, b: sa.ColumnElement) -> sa.ColumnElement:
-    """``a / b`` in double precision, written without the CASTs SQLAlchemy adds (the
-    statement is kept short: psycopg keeps the parsed form of one of up to 4 kB only)."""
-    return a.op("/", precedence=8, return_type=sa.Float)(b)  # 8: as SQLAlchemy's own /
-
-
-def _length_norm(nbytes: sa.ColumnElement) -> sa.ColumnElement:
-    return sa.func.ln(_sql(2.0) + _divided(nbytes, _sql(float(BYTES_PER_WORD))),
-                      type_=sa.Float)
-
-
-def _raw(query: sa.ColumnElement, words: sa.ColumnElement, vector: sa.ColumnElement
-         ) -> sa.ColumnElement:
-    raw = sa.func.ts_rank(vector, query, _sql(0), type_=sa.Float) * words
-    return sa.func.least(raw, _sql(RANK_CAP), type_=sa.Float)
-
-
-def relevance(query: sa.ColumnElement, words: sa.ColumnElement, vector: sa.ColumnElement,
-              nbytes: sa.ColumnElement) -> sa.ColumnElement:
-    """The relevance (``RANK_CAP`` above) of a row's ``vector`` (its ``fts_document``)
-    of ``nbytes`` (``indexed_bytes``) for ``query`` of ``words`` words; higher is better."""
-    return _divided(_raw(query, words, vector), _length_norm(nbytes))
-
-
-def relevance_bound(nbytes: sa.ColumnElement) -> sa.ColumnElement:
-    """What no relevance of a row of ``nbytes`` exceeds: from its length alone."""
-    return _divided(_sql(RANK_CAP), _length_norm(nbytes))
-
-
-def rank(messages: sa.FromClause, query: sa.ColumnElement,
-         words: sa.ColumnElement) -> sa.ColumnElement:
+def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
     """Relevance with FTS5's sign: lower is better (``ORDER BY rank`` = best first)."""
-    return -relevance(query, words, document(messages), indexed_bytes(messages))
+    return -sa.func.ts_rank(document(messages), query,
+                            sa.literal_column(str(RANK_NORMALIZATION)), type_=sa.Float)
 
 
 def _escape_like(text: str) -> str:
@@ -231,22 +279,6 @@ def _trigram_param(group: int, position: int) -> str:
     return f"trigram_{group}_{position}"
 
 
-def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
-    """The terms found in ``doc`` (``positive``: the positive ones, what the index serves)."""
-    groups = []
-    for g, group in enumerate(shape):
-        parts = []
-        for i, (negated, caseless) in enumerate(group):
-            if not (negated and positive):
-                pattern = _once(sa.bindparam(_trigram_param(g, i), type_=sa.Text))
-                # a term without cased letters (CJK) is found alike in either case: LIKE
-                # compares bytes, where ILIKE folds every candidate's text first
-                found = (doc.like if caseless else doc.ilike)(pattern, escape="\\")
-                parts.append(sa.not_(found) if negated else found)
-        groups.append(sa.and_(sa.true(), *parts))
-    return sa.or_(*groups)
-
-
 def substring_snippet(texts, terms) -> str:
     """The trigram route's snippet: up to ``LIKE_SNIPPET_CHARS`` characters of the
     first text holding a term (content, then tool name), starting ``LIKE_SNIPPET_LEAD``
@@ -262,14 +294,8 @@ def substring_snippet(texts, terms) -> str:
                 continue
             start = max(0, first.start() - LIKE_SNIPPET_LEAD)
             end = min(len(text), max(start + LIKE_SNIPPET_CHARS, first.end()))
-            # FTS5 appends each stretch of text between marks up to a NUL only
-            cut = (lambda t: t.split("\x00", 1)[0]) if "\x00" in text else (lambda t: t)
-            window, pieces, at = text[start:end], [], 0
-            for match in pattern.finditer(window):
-                pieces += [cut(window[at:match.start()]), SNIPPET_OPEN, match.group(),
-                           SNIPPET_CLOSE]
-                at = match.end()
-            piece = "".join(pieces) + cut(window[at:])
+            piece = pattern.sub(lambda m: f"{SNIPPET_OPEN}{m.group()}{SNIPPET_CLOSE}",
+                                text[start:end])
             return ((SNIPPET_ELLIPSIS if start > 0 else "") + piece
                     + (SNIPPET_ELLIPSIS if end < len(text) else ""))
     return texts[0][:LIKE_SNIPPET_CHARS] if texts else ""
@@ -289,9 +315,6 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
     """
     return sa.select(value).scalar_subquery()
 
-
-#: the word route's shape for an expression holding a phrase (``candidates_text``)
-_PHRASE = "phrase"
 
 #: SQLSTATEs of a statement naming what does not exist: undefined column, function, table
 _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
@@ -332,20 +355,11 @@ class PostgresqlSearch(SearchRoute):
             text = tsquery_text(expression)
             if text is None:
                 return None
-            ranked_by = rank_text(expression)
-            values = {"expression": text, "rank_expression": ranked_by,
-                      "rank_words": 1 + ranked_by.count(" | ") if ranked_by else 1}
-            candidates = candidates_text(expression)
-            if candidates is None:
-                return None, values
-            # a phrase: the index finds candidates, a page reads only those that can reach it
-            return _PHRASE, {**values, "candidates": candidates}
+            return None, {"expression": text, "rank_expression": rank_text(expression)}
         groups = _trigram_groups(query_terms(expression))
         if not groups:
             return None
-        # per term: negated, and whether it has no cased letter (``_trigram_found``)
-        shape = tuple(tuple((negated, text.lower() == text.upper() == text.casefold())
-                            for negated, text in group) for group in groups)
+        shape = tuple(tuple(negated for negated, _ in group) for group in groups)
         values = {_trigram_param(g, i): f"%{_escape_like(text)}%"
                   for g, group in enumerate(groups) for i, (_, text) in enumerate(group)}
         return shape, values
@@ -363,27 +377,21 @@ class PostgresqlSearch(SearchRoute):
     def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
         if index == FTS_TABLE:
             return matches(messages, self._tsquery())
-        m = messages.c
+        doc = trigram_document(messages)
+        groups = []
+        for g, group in enumerate(shape):
+            parts = []
+            for i, negated in enumerate(group):
+                found = doc.ilike(_once(sa.bindparam(_trigram_param(g, i), type_=sa.Text)),
+                                  escape="\\")
+                parts.append(sa.not_(found) if negated else found)
+            groups.append(sa.and_(*parts))
         scope = sa.literal_column(f"{messages.name}.{TRIGRAM_SCOPE_COLUMN}", sa.Boolean)
-        found = _trigram_found(trigram_document(messages), shape)
-        # FTS5's trigram tokenizer reads each text up to its first NUL: a row holding
-        # one (rare) is matched again on what SQLite indexed
-        plain = sa.and_(unescaped(m.content), unescaped(m.tool_name))
-        as_sqlite = _trigram_found(getattr(sa.func, TRIGRAM_DOCUMENT_FUNCTION)(
-            before_nul(m.content), before_nul(m.tool_name), type_=sa.Text), shape)
-        if not any(negated for group in shape for negated, _ in group):
-            # every row SQLite finds holds the terms here too: the index's candidates
-            return sa.and_(scope, found, sa.or_(plain, as_sqlite))
-        candidates = _trigram_found(trigram_document(messages), shape, positive=True)
-        return sa.and_(scope, candidates, sa.case((plain, found), else_=as_sqlite))
-
-    @staticmethod
-    def _rank_words() -> sa.BindParameter:
-        return sa.bindparam("rank_words", type_=sa.Integer)
+        return sa.and_(scope, sa.or_(*groups))
 
     def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
         if index == FTS_TABLE:
-            return rank(messages, self._tsquery("rank_expression"), self._rank_words())
+            return rank(messages, self._tsquery("rank_expression"))
         # substrings have no relevance here (an expression: PostgreSQL refuses a bare
         # constant in ORDER BY)
         return sa.cast(sa.literal_column("0"), sa.Float)
@@ -398,68 +406,6 @@ class PostgresqlSearch(SearchRoute):
         # As an expression the order is the index's to serve: its matches are read and
         # sorted, as on the word route.
         return (messages.c.id + 0,)
-
-    def best_page(self, index: str, messages: sa.Table, shape, source: sa.FromClause,
-                  filters: tuple, rows: int | None) -> sa.Select:
-        """A first page of the word route, ranking only what can reach it.
-
-        Ranking reads a match's ``tsvector``; a long message's is stored out of line, and
-        reading those was most of a search for a word found in many long tool outputs.
-        So the page is picked with every long match (``LONG_BYTES``) at its bound
-        (``relevance_bound``: from its length alone, never below its relevance), its
-        vector unread. Holding no long match, that page is exact: no long one can rank
-        above its last row. Otherwise (long matches dominate) the matches are ranked
-        again, once, with that page's exact relevances as the threshold: a match whose
-        bound is below it still cannot reach the page and keeps its bound. A phrase
-        is checked (its words' order read from the vector) only where it is ranked; the
-        index finds its candidates. The page is the one ranking every match gives
-        (tested)."""
-        if index != FTS_TABLE or rows is None:
-            return super().best_page(index, messages, shape, source, filters, rows)
-        # Written once each (``_divided``): the queries, in a one-row CTE, and the row's
-        # length, in a LATERAL subquery
-        phrase = shape == _PHRASE
-        queries = sa.select(*(tsquery(sa.bindparam(name, type_=sa.Text)).label(name) for name in
-                              ("expression", "rank_expression", "candidates")[:2 + phrase])
-                            ).cte("query")
-        match_query, query = (sa.select(c).scalar_subquery() for c in list(queries.c)[:2])
-        words = self._rank_words()
-        full = matches(messages, match_query)
-        length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
-        sized = (sa.select(length.c.n.label("nbytes"), _length_norm(length.c.n).label("norm"))
-                 .correlate(messages).lateral("sized"))
-        source, norm = source.join(sized, sa.true()), sized.c.norm
-        long, bound = sized.c.nbytes > _sql(LONG_BYTES), _divided(_sql(RANK_CAP), norm)
-        score = _divided(_raw(query, words, document(messages)), norm)
-        found = matches(messages, sa.select(queries.c.candidates).scalar_subquery()) \
-            if phrase else full
-        checked = () if found is full else (sa.or_(long, full),)
-        key = (-sa.case((long, bound), else_=score)).label("key1")
-        first = (sa.select(self.row_id(index, messages).label("page_id"), key,
-                           long.label("long"), document(messages).label("vector"),
-                           norm.label("norm"))
-                 .select_from(source).where(found, *checked, *filters)
-                 .order_by(key, messages.c.id).limit(rows).cte("page1"))
-        exact = sa.case((first.c.long, _divided(_raw(query, words, first.c.vector), first.c.norm)),
-                        else_=-first.c.key1)
-        if found is not full:  # a long candidate of a phrase may be no match
-            exact = sa.case((first.c.vector.op("@@")(match_query), exact))
-        exacts = sa.select(first.c.long, exact.label("exact")).subquery("exact1")
-        stats = sa.select(
-            sa.func.coalesce(sa.func.bool_or(exacts.c.long), sa.false()).label("repair"),
-            sa.case((sa.func.count(exacts.c.exact) == _sql(rows), sa.func.min(exacts.c.exact))
-                    ).label("floor")).cte("floor1")
-        repair = sa.select(stats.c.repair).scalar_subquery()
-        beyond = bound < sa.select(stats.c.floor).scalar_subquery()
-        again = (sa.select(self.row_id(index, messages), -sa.case((beyond, bound), else_=score))
-                 .select_from(source)
-                 .where(repair, found, *(() if found is full else (sa.or_(beyond, full),)),
-                        *filters))
-        page = sa.union_all(sa.select(first.c.page_id, first.c.key1)
-                            .where(sa.not_(repair)), again).subquery("page2")
-        page_id, page_rank = page.c
-        return (sa.select(page_id.label("page_id"), page_rank.label("page_rank"))
-                .order_by(page_rank, page_id))
 
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         # Both routes' snippets are cut in Python from the row (``text_snippet``); on
@@ -482,14 +428,10 @@ __all__ = [
     "SEARCH",
     "PostgresqlSearch",
     "available_indexes",
-    "candidates_text",
     "document",
-    "indexed_bytes",
     "matches",
     "rank",
     "rank_text",
-    "relevance",
-    "relevance_bound",
     "snippet_query",
     "substring_snippet",
     "trigram_document",
