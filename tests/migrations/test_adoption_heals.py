@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from hermes_store.backends.sqlite.library import dbapi as _dbapi
 
 sqlite3 = _dbapi()  # the store's SQLite library: one copy of SQLite per process
@@ -123,3 +125,49 @@ def test_alembic_upgrade_puts_back_an_index_another_tool_dropped(tmp_path):
             ("older", None), ("newer", "shared")]
         assert conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' "
                             "AND name = 'idx_sessions_title_unique'").fetchone()
+
+
+def _drop_title_index_and_share_a_title(db) -> None:
+    with SessionDB(db) as store:
+        for sid in ("older", "newer"):
+            store.create_session(sid, "cli")
+            store.append_message(sid, "user", f"kept in {sid}")
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP INDEX idx_sessions_title_unique")
+        conn.execute("UPDATE sessions SET title = 'shared'")
+    sqlite3.connect(db).close()
+
+
+def test_an_open_puts_back_an_index_another_tool_dropped(tmp_path):
+    """The same file opened by ``SessionDB`` (upstream's
+    ``test_duplicate_titles_are_repaired_without_deleting_sessions``): the open finds an
+    index of head missing, heals the titles and puts the index back — whatever
+    ``auto_upgrade`` says, as no schema version changes — and loses no session or
+    message; titles stay unique afterwards."""
+    db = tmp_path / "state.db"
+    _drop_title_index_and_share_a_title(db)
+
+    with SessionDB(db, auto_upgrade=False) as store:
+        assert [s["id"] for s in store.list_sessions_rich(limit=10)] == ["newer", "older"]
+        assert store.get_session("older")["title"] is None
+        assert store.get_session("newer")["title"] == "shared"
+        assert [m["content"] for m in store.get_messages("older")] == ["kept in older"]
+        with pytest.raises(ValueError, match="already in use"):
+            store.set_session_title("older", "shared")
+    with connect_ro(db) as conn:
+        assert conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' "
+                            "AND name = 'idx_sessions_title_unique'").fetchone()
+    assert alembic_revision(db) == migrate.head()
+
+
+def test_a_read_only_open_of_such_a_file_reads_it_and_changes_nothing(tmp_path):
+    """Read-only, the store cannot heal the file: it reads it as it is (both sessions,
+    both titles) and leaves it untouched for the next writable open."""
+    db = tmp_path / "state.db"
+    _drop_title_index_and_share_a_title(db)
+    before = db.read_bytes()
+
+    with SessionDB(db, read_only=True) as store:
+        assert sorted(s["id"] for s in store.list_sessions_rich(limit=10)) == ["newer", "older"]
+        assert store.get_session("older")["title"] == "shared"
+    assert db.read_bytes() == before

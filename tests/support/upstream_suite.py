@@ -313,13 +313,4 @@ BY_DESIGN: dict[str, tuple[tuple[str, str], ...]] = {
 #: Behaviour differences whose fix is waiting for a change outside item 1 of issue 32,
 #: each naming it; they leave this list when the change lands (the run then fails on
 #: them as passing).
-NOT_YET: dict[str, tuple[tuple[str, str], ...]] = {
-    "Waiting for an open to migrate a file at head that lacks an index of head": (
-        (f"{_HS}::TestSessionTitleIndexRepair::"
-         "test_duplicate_titles_are_repaired_without_deleting_sessions",
-         "drops the unique title index of a file at head with plain sqlite3 and writes "
-         "duplicate titles; `alembic upgrade head` heals it (adopt.py), but an open trusts "
-         "the stamp until migrate/head.py and migrate/commands.py send such a file to the "
-         "migrations"),
-    ),
-}
+NOT_YET: dict[str, tuple[tuple[str, str], ...]] = {}

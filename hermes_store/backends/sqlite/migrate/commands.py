@@ -28,6 +28,12 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
     head = newest()
     at = inspect_file(path).revision
     if at == head:
+        if not read_only:
+            # at head but short of an index another tool dropped: the migrations heal
+            # the rows it guarded and put it back (adopt.py), whatever auto_upgrade says,
+            # since no schema version changes
+            with sqlite_errors(path):
+                command_upgrade(path)
         return
     if at is not None and at > head:
         raise SchemaTooNewError(
@@ -46,7 +52,13 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
     topics.upgrade_file(path, "head", only_if_present=True)
 
 
+def command_upgrade(path: Path, revision: str = "head", *, progress=None) -> None:
+    """``alembic upgrade`` of the file, its adoption (``adopt.py``) first."""
+    from alembic import command
 
+    from ....migrate.scripts import config
+
+    command.upgrade(config(path, progress=progress), revision)
 
 
 def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | None:
@@ -56,9 +68,7 @@ def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | 
     going to head gets the head schema in one step (``create``). A file already at the
     target is left alone, even when it is read-only.
     """
-    from alembic import command
-
-    from ....migrate.scripts import config, head, is_at
+    from ....migrate.scripts import head, is_at
     from .inspect import inspect_file
 
     state = inspect_file(path)
@@ -76,7 +86,7 @@ def upgrade_file(path: Path, revision: str = "head", *, progress=None) -> str | 
                     progress(head(), PROGRESS)
                 return head()
     with sqlite_errors(path):
-        command.upgrade(config(path, progress=progress), revision)
+        command_upgrade(path, revision, progress=progress)
     return inspect_file(path).revision
 
 

@@ -28,8 +28,10 @@ def head_indexes() -> frozenset[str]:
 
 def stamped_at_head(path: str | os.PathLike) -> bool:
     """True when the file is stamped at head: ``alembic_version`` holds one row, the
-    head, and ``schema_version`` one row, its number. Read through a read-only
-    connection; any other state (or any error) is False, for ``migrate`` to judge."""
+    head, ``schema_version`` one row, its number, and every index of head is there
+    (another tool may have dropped one: the migrations put it back, as upstream's open
+    does). Read through a read-only connection; any other state (or any error) is
+    False, for ``migrate`` to judge."""
     try:
         conn = sqlite3.connect(file_uri(path, mode="ro"), uri=True, timeout=1.0)
     except sqlite3.Error:
@@ -37,12 +39,14 @@ def stamped_at_head(path: str | os.PathLike) -> bool:
     try:
         stamps = conn.execute("SELECT version_num FROM alembic_version").fetchall()
         versions = conn.execute("SELECT version FROM schema_version").fetchall()
+        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
     except sqlite3.Error:
         return False
     finally:
         conn.close()
     newest = head()
-    return stamps == [(newest,)] and versions == [(int(newest),)]
+    return (stamps == [(newest,)] and versions == [(int(newest),)]
+            and head_indexes() <= {name for name, in indexes})
 
 
 __all__ = ["head_indexes", "stamped_at_head"]
