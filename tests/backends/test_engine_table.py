@@ -36,6 +36,7 @@ ONLY_ONE = {
         "outcome.py": "a COMMIT lost on the network: asking the server what became of it",
         "server.py": "what the server must offer (version, encoding, pg_trgm); VACUUM",
         "roles.py": "who may use the database: grants for a runtime role",
+        "fts/tsquery.py": "an FTS5 expression as a tsquery (FTS5 reads its own expressions)",
     },
 }
 #: facets one engine has (the other's property answers None), and why

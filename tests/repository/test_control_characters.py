@@ -348,10 +348,6 @@ _FTS5_READS_PAST_A_NUL = _fts5_reads_past_a_nul()
 @pytest.mark.skipif(_FTS5_READS_PAST_A_NUL, reason=(
     "this SQLite's FTS5 reads past a NUL in its trigram index and snippets, where "
     "3.40's (the one PostgreSQL's search follows, docs/postgres.md) stops"))
-@pytest.mark.xfail(strict=True, reason=(
-    "left open (issue 32): PostgreSQL's search re-check of text holding a NUL (trigram "
-    "route, snippets cut at the NUL) went with the search rewrite reverted at the stop "
-    "(an agent flow's best hit differed under load); it comes back with that rewrite"))
 def test_search_reads_text_with_nuls_as_sqlite_does(twin):
     twin("create_session", "s\x00", "cli\x01")
     for content in ("kube\x00ctl", "kube\x01ctl here", "\x00kubectl first", "数据库\x00迁移",

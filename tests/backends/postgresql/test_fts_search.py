@@ -55,6 +55,7 @@ QUERIES = [
     "needlelate", "grep", "grep_search", "and or", "137", "3.14", "1.2.3", '"exit code"*',
     '"exit cod"*', "天气很好", "服务端", "天气", "好", "修改youer", "youer", "it's", "user's",
     '"quoted" message', "image", "json", "nothingmatchesthis", "docker -compose", "(docker)",
+    "修改YOUER", "数据库 NOT 失败", "服务端 OR 数据库",
     "build*  NOT  fail*",
 ]
 
@@ -216,6 +217,88 @@ def test_the_rank_keeps_the_matches_and_orders_short_messages_first(pg_store):
              "norm": pq.RANK_NORMALIZATION}).scalars().all()
         pg.rollback()
     assert found == [1, 0]
+
+
+def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
+    """The first page ranks only the matches that can reach it (``best_page``): it is
+    the page ranking all of them gives (``limit=-1``, ranked whole), for words said in
+    many short and long messages or in long ones only, prefixes, ORs, phrases (whose
+    candidates are checked only where they can reach the page) and source filters; and
+    over text of words of a few bytes it is the page ``ts_rank`` alone gives (the bound
+    of a long message never binds)."""
+    from hermes_store import SessionDB
+
+    filler = "log line of a long tool output\n" * 120  # stored out of line, compressed
+    with SessionDB(pg_url) as db:
+        for i, source in enumerate(("cli", "telegram", "discord", "cron")):
+            db.create_session(f"p{i}", source)
+            db.append_messages(f"p{i}", [
+                {"role": "tool", "content": f"docker kubectl {filler * (1 + n % 3)} "
+                 + "kubectl " * (n % 5) + "docker compose up",
+                 "tool_name": "terminal", "tool_call_id": f"c{i}{n}"} for n in range(60)] + [
+                {"role": "user", "content": f"docker {'compose ' if n % 3 else ''}ps {n}"}
+                for n in range(40)] + [
+                # short candidates of the phrases that are no match: never on the page
+                {"role": "user", "content": "compose docker"} for n in range(5)] + [
+                {"role": "assistant", "content": "kubectl " * (1 + n % 6)
+                 + "words " * (300 + 97 * (n % 11))} for n in range(40)] + [
+                {"role": "user", "content": "proxy kube"} for n in range(5)] + [
+                # zebra: the first pages (at the bound) hold long messages said to beat
+                # the medium ones, which rank above them once the long ones are ranked
+                {"role": "user", "content": "zebra zebra here"} for n in range(19 * (i == 0))] + [
+                {"role": "assistant", "content": "zebra " + "plain words " * (180 + n)}
+                for n in range(61 * (i == 0))] + [
+                {"role": "user", "content": "a zebra among " + "some words " * 12}
+                for n in range(3 * (i == 0))] + [
+                # few candidates of a phrase, short and long, some no match
+                {"role": "user", "content": f"ant bee {n}"} for n in range(3 * (i == 1))] + [
+                {"role": "user", "content": f"bee ant {n}"} for n in range(3 * (i == 1))] + [
+                {"role": "tool", "content": f"ant {'bee' if n else 'wasp'} {filler} bee",
+                 "tool_name": "terminal", "tool_call_id": f"ab{n}"}
+                for n in range(3 * (i == 1))] + [
+                {"role": "assistant", "content": ("why does " * (n % 7)) + "kube-proxy "
+                 + ("fail " if n % 2 else "docker ") + "nginx" * (n % 4 == 0)}
+                for n in range(50)])
+        searches = [("docker", {}), ("kube*", {}), ("docker OR nginx", {}),
+                    ('"docker compose"', {}), ("kube-proxy NOT fail", {}),
+                    ('docker NOT "compose up"', {}), ("compose", {"limit": 7}),
+                    ("docker", {"source_filter": ["telegram", "discord"],
+                                "role_filter": ["user", "tool"]}),
+                    ("proxy OR compose", {"exclude_sources": ["cron"], "limit": 50}),
+                    # found in long messages only, or mostly: ranked again past the page
+                    ("kubectl", {}), ('"compose up"', {}), ("line OR kube", {"limit": 30}),
+                    ("zebra", {}), ('"kube proxy"', {}), ('"ant bee"', {"limit": 3})]
+        for query, options in searches:
+            page = [hit["id"] for hit in db.search_messages(query, **options)]
+            every = [hit["id"] for hit in db.search_messages(query, **{**options, "limit": -1})]
+            assert len(every) > len(page) > 0, query
+            assert page == every[:len(page)], (query, options)
+        # all of a phrase's candidates on one page: the long ones that are no match left out
+        page = [hit["id"] for hit in db.search_messages('"ant bee"', limit=10)]
+        assert page == [hit["id"] for hit in db.search_messages('"ant bee"', limit=-1)]
+        assert len(page) == 5
+        with db.engine.connect() as conn:
+            for query in ("docker", "kube*", "kubectl", "docker OR nginx", '"compose up"'):
+                sanitized = fq.sanitize_fts5_query(query)
+                by_ts_rank = conn.execute(
+                    sa.select(M.c.id).where(pq.matches(M, pq.tsquery(pq.tsquery_text(sanitized))))
+                    .order_by(sa.func.ts_rank(pq.document(M), pq.tsquery(pq.rank_text(sanitized)),
+                                              pq.RANK_NORMALIZATION).desc(), M.c.id).limit(20)
+                ).scalars().all()
+                assert [hit["id"] for hit in db.search_messages(query)] == by_ts_rank, query
+
+
+@pytest.mark.parametrize("query, operator", [
+    ("数据库", "LIKE"), ("天气很好", "LIKE"), ("服务端Config", "ILIKE"), ("ÉTÉ服务端", "ILIKE")])
+def test_a_substring_without_cased_letters_is_compared_as_bytes(query, operator):
+    """ILIKE folds every candidate's text before comparing; a term that no case folding
+    changes (CJK) is found alike by LIKE, which compares bytes."""
+    plan = fq.plan_search(fq.sanitize_fts5_query(query), {fq.FTS_TABLE, fq.TRIGRAM_TABLE})
+    assert plan.route == fq.ROUTE_TRIGRAM
+    shape, _ = pq.SEARCH.prepare(fq.TRIGRAM_TABLE, plan.match)
+    sql = str(pq.SEARCH.condition(fq.TRIGRAM_TABLE, M, shape)
+              .compile(dialect=sa.dialects.postgresql.dialect()))
+    assert f" {operator} " in sql and (operator == "ILIKE" or " ILIKE " not in sql)
 
 
 def test_nothing_searchable_gives_no_tsquery():

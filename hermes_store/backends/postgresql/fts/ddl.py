@@ -307,10 +307,5 @@ __all__ = [
     "create_indexes",
     "drop_fts",
     "drop_indexes",
-    "fts_sizes",
-    "integrity_check",
-    "layout_problems",
     "is_fts_object",
-    "optimize",
-    "rebuild",
 ]

@@ -6,21 +6,20 @@ The query text is sanitized and routed exactly as on SQLite (``query.sanitize_ft
 expressed in SQL:
 
 ``ROUTE_FTS`` (word index)
-    :func:`tsquery_text` turns the sanitized FTS5 expression into ``to_tsquery`` input:
-    terms and phrases become lexemes (split where the document is split: at every run of
-    characters that is not a letter or digit), a phrase or a term that splits is joined
-    by ``<->``, ``term*`` becomes ``'term':*``, implicit and explicit ``AND`` become
-    ``&``, ``OR`` becomes ``|``, FTS5's binary ``a NOT b`` becomes ``a & !b``, with FTS5's
-    precedence (NOT, then AND, then OR). :func:`matches` is the ``@@`` condition on
-    ``messages.fts_document``; :func:`rank` is ``-ts_rank`` so that, as with FTS5's
-    ``rank``, lower is better; :func:`word_snippet` is FTS5's ``snippet()`` computed in
-    Python from the row (``fts.snippet``: the same tokens and phrases, the same text as
-    SQLite's; ``ts_headline`` marks what *its* parser sees: ``chat-send`` as two marks).
+    ``fts/tsquery.py`` turns the sanitized FTS5 expression into ``to_tsquery`` input
+    (:func:`tsquery_text`, with FTS5's grammar and precedence). :func:`matches` is the
+    ``@@`` condition on ``messages.fts_document``; :func:`rank` is ``-relevance`` so that,
+    as with FTS5's ``rank``, lower is better (:func:`relevance`: ``ts_rank`` normalized
+    by length, with a bound for a long message known from its length alone, so that a
+    first page ranks only the matches that can reach it: ``PostgresqlSearch.best_page``);
+    :func:`word_snippet` is FTS5's
+    ``snippet()`` computed in Python from the row (``fts.snippet``: the same tokens and
+    phrases, the same text as SQLite's; ``ts_headline`` marks what *its* parser sees).
 ``ROUTE_TRIGRAM`` (substrings, CJK)
-    ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``, escaped)
-    of the trigram document (:func:`trigram_document`), combined with the same AND/OR/NOT
-    rules, restricted to the index's scope (``fts_trigram_scope``) — the shape
-    ``messages_fts_trigram`` serves.
+    ``PostgresqlSearch.condition``: each term is a case-insensitive substring (``ILIKE``,
+    escaped; ``LIKE`` for a term without cased letters) of the trigram document
+    (:func:`trigram_document`), combined with the same AND/OR/NOT rules, restricted to
+    the index's scope (``fts_trigram_scope``) — the shape ``messages_fts_trigram`` serves.
 ``ROUTE_LIKE`` (CJK terms too short for trigrams)
     Needs no index, so it is written once for both engines in ``repository.search``
     (``dialect.like_nocase``: LIKE as SQLite matches it).
@@ -29,7 +28,7 @@ Every function takes the ``messages`` table (or an alias of it) whose row is sea
 and returns a Core expression; nothing here executes SQL but :func:`available_indexes`.
 
 :data:`SEARCH` (a :class:`PostgresqlSearch`) packs these pieces behind the interface of
-``backends.base.SearchRoute`` (SQLite's is ``SQLiteSearch``), which the repository asks
+``backends.facets.SearchRoute`` (SQLite's is ``SQLiteSearch``), which the repository asks
 its backend for (``Backend.search``): the
 word route binds the tsquery text as one parameter; the trigram route's statement has
 one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
@@ -41,14 +40,14 @@ and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Pyth
 from __future__ import annotations
 
 import functools
+import math
 import re
-from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 
 from ....fts.layout import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
 from ....fts.query import (
-    FTS_OPERATORS,
     LIKE_SNIPPET_CHARS,
     LIKE_SNIPPET_LEAD,
     SNIPPET_CLOSE,
@@ -59,6 +58,7 @@ from ....fts.query import (
 )
 from ....fts.snippet import Phrase, SnippetQuery
 from ...facets import SearchRoute
+from ..constructs import before_nul, unescaped
 from ..errors import sqlstate_of
 from .ddl import (
     DOCUMENT_COLUMN,
@@ -68,107 +68,8 @@ from .ddl import (
     TS_CONFIG,
     WORD_INDEX,
 )
-
-# The sanitized FTS5 expression: "phrases" (with "" escapes) and barewords, either one
-# optionally glued to a "*"; whitespace between them.
-_ITEM = re.compile(r'(?P<string>"(?:[^"]|"")*")(?P<sprefix>\*)?|(?P<word>[^\s"*]+)(?P<wprefix>\*)?|\S')
-#: the tokens a term splits into: runs of letters and digits (the document's rule)
-_WORDS = re.compile(r"[^\W_]+")
-
-
-def _lexemes(text: str) -> list[str]:
-    return _WORDS.findall(text)
-
-
-def _quoted(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _term(text: str, prefix: bool) -> "Phrase | None":
-    """One FTS5 term or phrase as its words (as written: ``to_tsquery`` folds the case
-    itself); None when it holds no word."""
-    words = tuple(_lexemes(text))
-    return Phrase(words, prefix) if words else None
-
-
-def _rendered(phrase: Phrase) -> str:
-    """A phrase as tsquery text: its words joined by ``<->``, ``:*`` on a prefix."""
-    lexemes = [_quoted(w) for w in phrase.words]
-    if phrase.prefix:
-        lexemes[-1] += ":*"
-    return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
-
-
-@dataclass
-class _Operand:
-    """One OR-operand: phrases AND-ed, each possibly negated (FTS5's binary NOT)."""
-
-    terms: list[tuple[bool, Phrase]]
-
-    @property
-    def matchable(self) -> bool:
-        return any(not negated for negated, _ in self.terms)  # else FTS5 matches nothing
-
-    def render(self) -> str | None:
-        if not self.matchable:
-            return None
-        kept = [f"!{_rendered(p)}" if negated else _rendered(p) for negated, p in self.terms]
-        return "(" + " & ".join(kept) + ")"
-
-
-def _operands(sanitized: str) -> list[_Operand]:
-    """The sanitized FTS5 expression as OR-operands of (negated, phrase), with FTS5's
-    precedence (NOT, then AND, then OR)."""
-    operands: list[_Operand] = [_Operand([])]
-    negate_next = False
-    for m in _ITEM.finditer(sanitized):
-        if m.group("string") is not None:
-            phrase = _term(m.group("string")[1:-1].replace('""', '"'), bool(m.group("sprefix")))
-        elif m.group("word") is not None:
-            word = m.group("word")
-            if word in FTS_OPERATORS and not m.group("wprefix"):
-                if word == "OR":
-                    operands.append(_Operand([]))
-                    negate_next = False
-                elif word == "NOT":
-                    negate_next = True
-                continue  # AND: the implicit conjunction
-            phrase = _term(word, bool(m.group("wprefix")))
-        else:
-            continue  # a stray character the sanitizer left: no meaning in a tsquery
-        if phrase is not None:
-            operands[-1].terms.append((negate_next, phrase))
-        negate_next = False
-    return operands
-
-
-@functools.lru_cache(maxsize=256)
-def tsquery_text(sanitized: str) -> str | None:
-    """``to_tsquery('simple', …)`` input for a sanitized FTS5 expression (None: nothing
-    searchable is left). Kept per expression, as ``snippet_query``: a search repeated
-    (the next page, a refreshed view) need not parse it again."""
-    parts = [p for p in (o.render() for o in _operands(sanitized)) if p is not None]
-    return " | ".join(parts) if parts else None
-
-
-@functools.lru_cache(maxsize=256)
-def rank_text(sanitized: str) -> str | None:
-    """The ``tsquery`` a match is ranked by: every word of the query's positive phrases,
-    OR-ed. As BM25 sums each term's score, ``ts_rank`` scores an OR by each word's
-    frequency, in one pass over the document; an AND or a phrase makes it pair the
-    words' positions, at several times the cost on long messages, for the same first
-    page (docs/performance.md, 2026-12-03)."""
-    words = []
-    for operand in _operands(sanitized):
-        if not operand.matchable:
-            continue
-        for negated, phrase in operand.terms:
-            if negated:
-                continue
-            words += [_quoted(w) for w in phrase.words]
-            if phrase.prefix:
-                words[-1] += ":*"
-    return " | ".join(dict.fromkeys(words)) or None
+from .tsquery import candidates_text, rank_share, rank_text, tsquery_text
+from .tsquery import operands as expression_operands
 
 
 @functools.lru_cache(maxsize=256)
@@ -178,7 +79,7 @@ def snippet_query(sanitized: str) -> SnippetQuery:
     Kept per expression (immutable): every hit of a search needs it again."""
     phrases: list[Phrase] = []
     operands = []
-    for operand in _operands(sanitized):
+    for operand in expression_operands(sanitized):
         numbered = []
         for negated, phrase in operand.terms:
             numbered.append((len(phrases), negated))
@@ -193,7 +94,8 @@ def word_snippet(expression: str, row: dict) -> str:
     ``TOOL_CONTENT_PREFIX_CHARS`` characters), the tool name, the tool calls."""
     content = row["content"]
     if row["role"] == "tool" and isinstance(content, str):
-        content = content[:TOOL_CONTENT_PREFIX_CHARS]
+        # as SQLite's substr() cuts it: up to a NUL (so a multimodal output is empty)
+        content = content.split("\x00", 1)[0][:TOOL_CONTENT_PREFIX_CHARS]
     return snippet_query(expression).snippet((content, row["tool_name"], row["tool_calls"]))
 
 
@@ -225,12 +127,64 @@ def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElemen
 #: SQLite's: 19–20 of its 20 messages for most of the benchmark's queries at 100k,
 #: against 0–5 unnormalized (docs/performance.md, 2026-12-03)
 RANK_NORMALIZATION = 1
+#: A long message (content over ``LONG_BYTES`` bytes, where the vector may be
+#: stored out of line) counts at least one word per ``BYTES_PER_WORD`` bytes: its rank is
+#: at most what the fewest words a match holds (``tsquery.rank_share``), each said ever
+#: more often (``RANK_CAP``), rank in that many words — a bound known from the row's
+#: length alone, before its vector is read (``PostgresqlSearch.best_page``). Text has
+#: words of a few bytes: only a long message of longer ones (a run of CJK, an encoded
+#: blob), or holding more of an OR's words or a prefix's, ranks lower than ``ts_rank``
+#: alone would rank it.
+LONG_BYTES, BYTES_PER_WORD, RANK_CAP = 2048, 64, 0.1
+#: a first page is picked from this many pages of matches (long ones at their bound)
+FIRST_PAGES = 4
+
+
+def _sql(value) -> sa.ColumnElement:
+    """A constant written into the statement (not a parameter: the plan stays one)."""
+    return sa.literal_column(repr(value) + ("::float8" if isinstance(value, float) else ""),
+                             sa.Float if isinstance(value, float) else sa.Integer)
+
+
+def indexed_bytes(messages: sa.FromClause) -> sa.ColumnElement:
+    """The length of a row's content in bytes, read without decompressing it
+    (``octet_length``); NULL without content (never a long row)."""
+    return sa.func.octet_length(messages.c.content)
+
+
+def _divided(a: sa.ColumnElement, b: sa.ColumnElement) -> sa.ColumnElement:
+    """``a / b`` in double precision, written without the CASTs SQLAlchemy adds (the
+    statement is kept short: psycopg keeps the parsed form of one of up to 4 kB only)."""
+    return a.op("/", precedence=8, return_type=sa.Float)(b)  # 8: as SQLAlchemy's own /
+
+
+def _words_norm(nbytes: sa.ColumnElement) -> sa.ColumnElement:
+    """ln(1 + ``nbytes`` ÷ ``BYTES_PER_WORD``): the least length normalization (× ln 2)."""
+    return sa.func.ln(_sql(1.0) + _divided(nbytes, _sql(float(BYTES_PER_WORD))),
+                      type_=sa.Float)
+
+
+def _ts_rank(vector: sa.ColumnElement, query: sa.ColumnElement) -> sa.ColumnElement:
+    return sa.func.ts_rank(vector, query, _sql(RANK_NORMALIZATION), type_=sa.Float)
+
+
+def relevance_bound(norm: sa.ColumnElement) -> sa.ColumnElement:
+    """What no long row's relevance exceeds, from its ``_words_norm`` alone (the bound
+    parameter ``rank_bound``: ``RANK_CAP`` × the query's ``rank_share`` × ln 2)."""
+    return _divided(sa.bindparam("rank_bound", type_=sa.Float), norm)
+
+
+def relevance(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
+    """A match's relevance (higher is better): ``ts_rank`` normalized by length, at most
+    ``relevance_bound`` for a long row (``LONG_BYTES`` above)."""
+    nbytes = indexed_bytes(messages)
+    return sa.func.least(_ts_rank(document(messages), query), sa.case(  # NULL: no bound
+        (nbytes > _sql(LONG_BYTES), relevance_bound(_words_norm(nbytes)))), type_=sa.Float)
 
 
 def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
     """Relevance with FTS5's sign: lower is better (``ORDER BY rank`` = best first)."""
-    return -sa.func.ts_rank(document(messages), query,
-                            sa.literal_column(str(RANK_NORMALIZATION)), type_=sa.Float)
+    return -relevance(messages, query)
 
 
 def _escape_like(text: str) -> str:
@@ -279,23 +233,57 @@ def _trigram_param(group: int, position: int) -> str:
     return f"trigram_{group}_{position}"
 
 
-def substring_snippet(texts, terms) -> str:
+def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
+    """The terms found in ``doc`` (``positive``: the positive ones, what the index serves)."""
+    groups = []
+    for g, group in enumerate(shape):
+        parts = []
+        for i, (negated, caseless) in enumerate(group):
+            if not (negated and positive):
+                pattern = _once(sa.bindparam(_trigram_param(g, i), type_=sa.Text))
+                # a term without cased letters (CJK) is found alike in either case: LIKE
+                # compares bytes, where ILIKE folds every candidate's text first
+                found = (doc.like if caseless else doc.ilike)(pattern, escape="\\")
+                parts.append(sa.not_(found) if negated else found)
+        groups.append(sa.and_(sa.true(), *parts))
+    return sa.or_(*groups)
+
+
+@functools.lru_cache(maxsize=256)
+def _substring_pattern(expression: str) -> re.Pattern | None:
+    """The trigram route's positive terms as one case-insensitive pattern, longest
+    first (None: no term). Kept per expression: every hit of a search needs it."""
+    terms = {text for group in _trigram_groups(query_terms(expression))
+             for negated, text in group if not negated and text}
+    if not terms:
+        return None
+    return re.compile("|".join(map(re.escape, sorted(terms, key=len, reverse=True))),
+                      re.IGNORECASE)
+
+
+def substring_snippet(texts, expression: str) -> str:
     """The trigram route's snippet: up to ``LIKE_SNIPPET_CHARS`` characters of the
-    first text holding a term (content, then tool name), starting ``LIKE_SNIPPET_LEAD``
-    before the first match, each match (any case) marked ``>>>…<<<``, ``...`` where
-    the text was cut. No match (cannot happen for a found row): the content's start."""
-    terms = sorted({t for t in terms if t}, key=len, reverse=True)
+    first text holding a term of ``expression`` (content, then tool name), starting
+    ``LIKE_SNIPPET_LEAD`` before the first match, each match (any case) marked
+    ``>>>…<<<``, ``...`` where the text was cut. No match (cannot happen for a found
+    row): the content's start."""
+    pattern = _substring_pattern(expression)
     texts = [t for t in texts if isinstance(t, str) and t]
-    if terms:
-        pattern = re.compile("|".join(map(re.escape, terms)), re.IGNORECASE)
+    if pattern is not None:
         for text in texts:
             first = pattern.search(text)
             if first is None:
                 continue
             start = max(0, first.start() - LIKE_SNIPPET_LEAD)
             end = min(len(text), max(start + LIKE_SNIPPET_CHARS, first.end()))
-            piece = pattern.sub(lambda m: f"{SNIPPET_OPEN}{m.group()}{SNIPPET_CLOSE}",
-                                text[start:end])
+            # FTS5 appends each stretch of text between marks up to a NUL only
+            cut = (lambda t: t.split("\x00", 1)[0]) if "\x00" in text else (lambda t: t)
+            window, pieces, at = text[start:end], [], 0
+            for match in pattern.finditer(window):
+                pieces += [cut(window[at:match.start()]), SNIPPET_OPEN, match.group(),
+                           SNIPPET_CLOSE]
+                at = match.end()
+            piece = "".join(pieces) + cut(window[at:])
             return ((SNIPPET_ELLIPSIS if start > 0 else "") + piece
                     + (SNIPPET_ELLIPSIS if end < len(text) else ""))
     return texts[0][:LIKE_SNIPPET_CHARS] if texts else ""
@@ -315,6 +303,9 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
     """
     return sa.select(value).scalar_subquery()
 
+
+#: the word route's shape for an expression holding a phrase (``candidates_text``)
+_PHRASE = "phrase"
 
 #: SQLSTATEs of a statement naming what does not exist: undefined column, function, table
 _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
@@ -355,11 +346,19 @@ class PostgresqlSearch(SearchRoute):
             text = tsquery_text(expression)
             if text is None:
                 return None
-            return None, {"expression": text, "rank_expression": rank_text(expression)}
+            values = {"expression": text, "rank_expression": rank_text(expression),
+                      "rank_bound": RANK_CAP * rank_share(expression) * math.log(2)}
+            candidates = candidates_text(expression)
+            if candidates is None:
+                return None, values
+            # a phrase: the index finds candidates, a page reads only those that can reach it
+            return _PHRASE, {**values, "candidates": candidates}
         groups = _trigram_groups(query_terms(expression))
         if not groups:
             return None
-        shape = tuple(tuple(negated for negated, _ in group) for group in groups)
+        # per term: negated, and whether it has no cased letter (``_trigram_found``)
+        shape = tuple(tuple((negated, text.lower() == text.upper() == text.casefold())
+                            for negated, text in group) for group in groups)
         values = {_trigram_param(g, i): f"%{_escape_like(text)}%"
                   for g, group in enumerate(groups) for i, (_, text) in enumerate(group)}
         return shape, values
@@ -377,17 +376,19 @@ class PostgresqlSearch(SearchRoute):
     def condition(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement[bool]:
         if index == FTS_TABLE:
             return matches(messages, self._tsquery())
-        doc = trigram_document(messages)
-        groups = []
-        for g, group in enumerate(shape):
-            parts = []
-            for i, negated in enumerate(group):
-                found = doc.ilike(_once(sa.bindparam(_trigram_param(g, i), type_=sa.Text)),
-                                  escape="\\")
-                parts.append(sa.not_(found) if negated else found)
-            groups.append(sa.and_(*parts))
+        m = messages.c
         scope = sa.literal_column(f"{messages.name}.{TRIGRAM_SCOPE_COLUMN}", sa.Boolean)
-        return sa.and_(scope, sa.or_(*groups))
+        found = _trigram_found(trigram_document(messages), shape)
+        # FTS5's trigram tokenizer reads each text up to its first NUL: a row holding
+        # one (rare) is matched again on what SQLite indexed
+        plain = sa.and_(unescaped(m.content), unescaped(m.tool_name))
+        as_sqlite = _trigram_found(getattr(sa.func, TRIGRAM_DOCUMENT_FUNCTION)(
+            before_nul(m.content), before_nul(m.tool_name), type_=sa.Text), shape)
+        if not any(negated for group in shape for negated, _ in group):
+            # every row SQLite finds holds the terms here too: the index's candidates
+            return sa.and_(scope, found, sa.or_(plain, as_sqlite))
+        candidates = _trigram_found(trigram_document(messages), shape, positive=True)
+        return sa.and_(scope, candidates, sa.case((plain, found), else_=as_sqlite))
 
     def rank(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement:
         if index == FTS_TABLE:
@@ -407,6 +408,79 @@ class PostgresqlSearch(SearchRoute):
         # sorted, as on the word route.
         return (messages.c.id + 0,)
 
+    def best_page(self, index: str, messages: sa.Table, shape, source: sa.FromClause,
+                  filters: tuple, rows: int | None) -> sa.Select:
+        """A first page of the word route, ranking only what can reach it.
+
+        Ranking reads a match's ``tsvector``; a long message's is stored out of line, and
+        reading those was most of a search for a word found in many long tool outputs.
+        So ``FIRST_PAGES`` pages of matches are picked first with every long match
+        (``LONG_BYTES``) at its bound (``relevance_bound``: from its length alone, never
+        below its relevance), its vector unread; then the long ones among them are
+        ranked. When the page-th best relevance there is above the last one's bound or
+        relevance, no match outside them can reach the page (or they are all the
+        matches): the page is theirs. Otherwise the matches are ranked again, once,
+        with that relevance as the threshold: a long match whose bound is below it still
+        cannot reach the page and keeps its bound. A phrase is checked (its words' order
+        read from the vector) only where it is ranked; the index finds its candidates.
+        The page is the one ranking every match gives (tested)."""
+        if index != FTS_TABLE or rows is None:
+            return super().best_page(index, messages, shape, source, filters, rows)
+        # Written once each (``_divided``; short names: the statement's length counts):
+        # the queries, in a one-row CTE (q), and the row's length, in a LATERAL subquery (z);
+        # p1: the first pages, e1: their relevances, f1: the threshold, p2: the page
+        phrase = shape == _PHRASE
+        named = (("expression", "m"), ("rank_expression", "r"), ("candidates", "c"))
+        queries = sa.select(*(sa.func.to_tsquery(sa.literal_column(f"'{TS_CONFIG}'"),
+                                                 sa.bindparam(name, type_=sa.Text)).label(label)
+                              for name, label in named[:2 + phrase])).cte("q")
+        match_query, query = (sa.select(c).scalar_subquery() for c in list(queries.c)[:2])
+        full = matches(messages, match_query)
+        length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
+        sized = (sa.select((length.c.n > _sql(LONG_BYTES)).label("long"),
+                           relevance_bound(_words_norm(length.c.n)).label("bound"))
+                 .correlate(messages).lateral("z"))
+        source, long = source.join(sized, sa.true()), sized.c.long
+        bound, exact = sized.c.bound, _ts_rank(document(messages), query)
+        found = matches(messages, sa.select(queries.c.c).scalar_subquery()) if phrase else full
+        checked = () if found is full else (sa.or_(long, full),)
+        key = (-sa.case((long, bound), else_=exact)).label("key1")
+        first = (sa.select(self.row_id(index, messages).label("page_id"), key, long,
+                           document(messages).label("vector"), bound)
+                 .select_from(source).where(found, *checked, *filters)
+                 .order_by(key, messages.c.id).limit(FIRST_PAGES * rows).cte("p1"))
+        # a long one ranked (and, for a phrase, checked: a candidate may be no match)
+        long_ranked = sa.func.least(_ts_rank(first.c.vector, query), first.c.bound)
+        ranked = sa.case((sa.not_(first.c.long), -first.c.key1),
+                         (first.c.vector.op("@@")(match_query) if phrase else sa.true(),
+                          long_ranked))
+        exacts = sa.select(first.c.page_id, first.c.key1, first.c.long,
+                           ranked.label("exact")).cte("e1")
+        # the page-th best relevance among them, how many, the last one's key, any long
+        best = sa.func.array_agg(aggregate_order_by(exacts.c.exact,
+                                                    exacts.c.exact.desc().nulls_last()),
+                                 type_=ARRAY(sa.Float))
+        seen = sa.select(best[rows].label("f"), sa.func.count().label("n"),
+                         sa.func.max(exacts.c.key1).label("k"),
+                         sa.func.bool_or(exacts.c.long).label("l")).subquery("s")
+        # a tie with the last one is settled by the id, which only a long one's bound hides
+        done = sa.or_(seen.c.n < _sql(FIRST_PAGES * rows), seen.c.f > -seen.c.k,
+                      sa.and_(seen.c.f == -seen.c.k, sa.not_(seen.c.l)))
+        stats = sa.select(sa.func.coalesce(done, sa.false()).label("done"),
+                          seen.c.f.label("floor")).cte("f1")
+        done = sa.select(stats.c.done).scalar_subquery()
+        beyond = sa.and_(long, bound < sa.select(stats.c.floor).scalar_subquery())
+        kept = sa.select(exacts.c.page_id, -exacts.c.exact).where(done, exacts.c.exact.is_not(None))
+        again = (sa.select(self.row_id(index, messages), -sa.case(
+                     (beyond, bound), else_=sa.func.least(exact, sa.case((long, bound)))))
+                 .select_from(source)
+                 .where(sa.not_(done), found,
+                        *(() if found is full else (sa.or_(beyond, full),)), *filters))
+        page = sa.union_all(kept, again).subquery("p2")
+        page_id, page_rank = page.c
+        return (sa.select(page_id.label("page_id"), page_rank.label("page_rank"))
+                .order_by(page_rank, page_id))
+
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         # Both routes' snippets are cut in Python from the row (``text_snippet``); on
         # the word route as FTS5's snippet() writes them (``ts_headline`` marks the words
@@ -416,9 +490,7 @@ class PostgresqlSearch(SearchRoute):
     def text_snippet(self, index: str, expression: str, row: dict) -> str:
         if index == FTS_TABLE:
             return word_snippet(expression, row)
-        terms = [text for group in _trigram_groups(query_terms(expression))
-                 for negated, text in group if not negated]
-        return substring_snippet((row["content"], row["tool_name"]), terms)
+        return substring_snippet((row["content"], row["tool_name"]), expression)
 
 
 SEARCH = PostgresqlSearch()
@@ -428,10 +500,14 @@ __all__ = [
     "SEARCH",
     "PostgresqlSearch",
     "available_indexes",
+    "candidates_text",
     "document",
+    "indexed_bytes",
     "matches",
     "rank",
     "rank_text",
+    "relevance",
+    "relevance_bound",
     "snippet_query",
     "substring_snippet",
     "trigram_document",
