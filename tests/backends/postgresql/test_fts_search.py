@@ -222,8 +222,8 @@ def test_the_rank_keeps_the_matches_and_orders_short_messages_first(pg_store):
 def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
     """The first page ranks only the matches that can reach it (``best_page``): it is
     the page ranking all of them gives (``limit=-1``, ranked whole), for words said in
-    many short and long messages or in long ones only, prefixes, ORs, phrases (whose
-    candidates are checked only where they can reach the page) and source filters; and
+    many short and long messages or in long ones only, prefixes, ORs, phrases (some of
+    whose rows hold the words in another order) and source filters; and
     over text of words of a few bytes it is the page ``ts_rank`` alone gives (the bound
     of a long message never binds)."""
     from hermes_store import SessionDB
@@ -273,7 +273,7 @@ def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
             every = [hit["id"] for hit in db.search_messages(query, **{**options, "limit": -1})]
             assert len(every) > len(page) > 0, query
             assert page == every[:len(page)], (query, options)
-        # all of a phrase's candidates on one page: the long ones that are no match left out
+        # all of a phrase's matches on one page: the rows holding its words otherwise left out
         page = [hit["id"] for hit in db.search_messages('"ant bee"', limit=10)]
         assert page == [hit["id"] for hit in db.search_messages('"ant bee"', limit=-1)]
         assert len(page) == 5

@@ -68,7 +68,7 @@ from .ddl import (
     TS_CONFIG,
     WORD_INDEX,
 )
-from .tsquery import candidates_text, rank_share, rank_text, tsquery_text
+from .tsquery import rank_share, rank_text, tsquery_text
 from .tsquery import operands as expression_operands
 
 
@@ -304,9 +304,6 @@ def _once(value: sa.ColumnElement) -> sa.ColumnElement:
     return sa.select(value).scalar_subquery()
 
 
-#: the word route's shape for an expression holding a phrase (``candidates_text``)
-_PHRASE = "phrase"
-
 #: SQLSTATEs of a statement naming what does not exist: undefined column, function, table
 _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
 
@@ -346,13 +343,11 @@ class PostgresqlSearch(SearchRoute):
             text = tsquery_text(expression)
             if text is None:
                 return None
-            values = {"expression": text, "rank_expression": rank_text(expression),
-                      "rank_bound": RANK_CAP * rank_share(expression) * math.log(2)}
-            candidates = candidates_text(expression)
-            if candidates is None:
-                return None, values
-            # a phrase: the index finds candidates, a page reads only those that can reach it
-            return _PHRASE, {**values, "candidates": candidates}
+            # a phrase is checked by the index's own recheck: finding its words AND-ed
+            # and checking the order only where a match is ranked cost as much or more
+            # on both corpora (docs/performance.md, issue 32)
+            return None, {"expression": text, "rank_expression": rank_text(expression),
+                          "rank_bound": RANK_CAP * rank_share(expression) * math.log(2)}
         groups = _trigram_groups(query_terms(expression))
         if not groups:
             return None
@@ -421,19 +416,17 @@ class PostgresqlSearch(SearchRoute):
         relevance, no match outside them can reach the page (or they are all the
         matches): the page is theirs. Otherwise the matches are ranked again, once,
         with that relevance as the threshold: a long match whose bound is below it still
-        cannot reach the page and keeps its bound. A phrase is checked (its words' order
-        read from the vector) only where it is ranked; the index finds its candidates.
+        cannot reach the page and keeps its bound.
         The page is the one ranking every match gives (tested)."""
         if index != FTS_TABLE or rows is None:
             return super().best_page(index, messages, shape, source, filters, rows)
         # Written once each (``_divided``; short names: the statement's length counts):
         # the queries, in a one-row CTE (q), and the row's length, in a LATERAL subquery (z);
         # p1: the first pages, e1: their relevances, f1: the threshold, p2: the page
-        phrase = shape == _PHRASE
-        named = (("expression", "m"), ("rank_expression", "r"), ("candidates", "c"))
+        named = (("expression", "m"), ("rank_expression", "r"))
         queries = sa.select(*(sa.func.to_tsquery(sa.literal_column(f"'{TS_CONFIG}'"),
                                                  sa.bindparam(name, type_=sa.Text)).label(label)
-                              for name, label in named[:2 + phrase])).cte("q")
+                              for name, label in named)).cte("q")
         match_query, query = (sa.select(c).scalar_subquery() for c in list(queries.c)[:2])
         full = matches(messages, match_query)
         length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
@@ -442,18 +435,16 @@ class PostgresqlSearch(SearchRoute):
                  .correlate(messages).lateral("z"))
         source, long = source.join(sized, sa.true()), sized.c.long
         bound, exact = sized.c.bound, _ts_rank(document(messages), query)
-        found = matches(messages, sa.select(queries.c.c).scalar_subquery()) if phrase else full
-        checked = () if found is full else (sa.or_(long, full),)
         key = (-sa.case((long, bound), else_=exact)).label("key1")
-        first = (sa.select(self.row_id(index, messages).label("page_id"), key, long,
-                           document(messages).label("vector"), bound)
-                 .select_from(source).where(found, *checked, *filters)
+        # the vector of a long one only, to be ranked (a short one's rank is its key)
+        vector = sa.case((long, document(messages))).label("vector")
+        first = (sa.select(self.row_id(index, messages).label("page_id"), key, long, vector,
+                           bound)
+                 .select_from(source).where(full, *filters)
                  .order_by(key, messages.c.id).limit(FIRST_PAGES * rows).cte("p1"))
-        # a long one ranked (and, for a phrase, checked: a candidate may be no match)
-        long_ranked = sa.func.least(_ts_rank(first.c.vector, query), first.c.bound)
-        ranked = sa.case((sa.not_(first.c.long), -first.c.key1),
-                         (first.c.vector.op("@@")(match_query) if phrase else sa.true(),
-                          long_ranked))
+        ranked = sa.case((first.c.long, sa.func.least(_ts_rank(first.c.vector, query),
+                                                      first.c.bound)),
+                         else_=-first.c.key1)
         exacts = sa.select(first.c.page_id, first.c.key1, first.c.long,
                            ranked.label("exact")).cte("e1")
         # the page-th best relevance among them, how many, the last one's key, any long
@@ -470,12 +461,11 @@ class PostgresqlSearch(SearchRoute):
                           seen.c.f.label("floor")).cte("f1")
         done = sa.select(stats.c.done).scalar_subquery()
         beyond = sa.and_(long, bound < sa.select(stats.c.floor).scalar_subquery())
-        kept = sa.select(exacts.c.page_id, -exacts.c.exact).where(done, exacts.c.exact.is_not(None))
+        kept = sa.select(exacts.c.page_id, -exacts.c.exact).where(done)
         again = (sa.select(self.row_id(index, messages), -sa.case(
                      (beyond, bound), else_=sa.func.least(exact, sa.case((long, bound)))))
                  .select_from(source)
-                 .where(sa.not_(done), found,
-                        *(() if found is full else (sa.or_(beyond, full),)), *filters))
+                 .where(sa.not_(done), full, *filters))
         page = sa.union_all(kept, again).subquery("p2")
         page_id, page_rank = page.c
         return (sa.select(page_id.label("page_id"), page_rank.label("page_rank"))
@@ -500,8 +490,7 @@ __all__ = [
     "SEARCH",
     "PostgresqlSearch",
     "available_indexes",
-    "candidates_text",
-    "document",
+        "document",
     "indexed_bytes",
     "matches",
     "rank",

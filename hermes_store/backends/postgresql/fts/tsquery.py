@@ -8,8 +8,6 @@ AND-ed phrases, each possibly negated, with FTS5's precedence (NOT, then AND, th
   are split: at every run of characters that is not a letter or digit) joined by
   ``<->``, ``term*`` as ``'term':*``, AND as ``&``, OR as ``|``, ``a NOT b`` as
   ``a & !b``;
-* :func:`candidates_text` — for an expression holding a phrase, what the index answers
-  without reading the rows: every match and more (a phrase's words AND-ed);
 * :func:`rank_text` — what a match is ranked by: the positive words, OR-ed, and
   :func:`rank_share`, the least share of them a match holds.
 
@@ -72,21 +70,6 @@ class _Operand:
         kept = [f"!{_rendered(p)}" if negated else _rendered(p) for negated, p in self.terms]
         return "(" + " & ".join(kept) + ")"
 
-    def render_candidates(self) -> str | None:
-        """What the index answers without reading a row: a phrase's words AND-ed (the
-        order is the row's to check), a negated phrase left out — every match and more."""
-        if not self.matchable:
-            return None
-        kept = []
-        for negated, phrase in self.terms:
-            if negated and len(phrase.words) > 1:
-                continue
-            words = [_quoted(w) for w in phrase.words]
-            if phrase.prefix:
-                words[-1] += ":*"
-            kept.append(("!" if negated else "") + " & ".join(words))
-        return "(" + " & ".join(kept) + ")"
-
 
 def operands(sanitized: str) -> list[_Operand]:
     """The sanitized FTS5 expression as OR-operands of (negated, phrase), with FTS5's
@@ -124,16 +107,6 @@ def tsquery_text(sanitized: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def candidates_text(sanitized: str) -> str | None:
-    """The ``tsquery`` of the rows the word index finds without reading them (recheck)
-    for a sanitized expression holding a phrase: its matches and more. None where it
-    would be the expression's own (no phrase)."""
-    parts = [p for p in (o.render_candidates() for o in operands(sanitized)) if p is not None]
-    text = " | ".join(parts) if parts else None
-    return None if text == tsquery_text(sanitized) else text
-
-
-@functools.lru_cache(maxsize=256)
 def rank_text(sanitized: str) -> str | None:
     """The ``tsquery`` a match is ranked by: every word of the query's positive phrases,
     OR-ed. As BM25 sums each term's score, ``ts_rank`` scores an OR by each word's
@@ -166,4 +139,4 @@ def rank_share(sanitized: str) -> float:
     return min(counts) / (1 + every.count(" | ")) if counts and every else 1.0
 
 
-__all__ = ["candidates_text", "operands", "rank_share", "rank_text", "tsquery_text"]
+__all__ = ["operands", "rank_share", "rank_text", "tsquery_text"]
