@@ -14,6 +14,8 @@ long-lived process: psycopg prepares a statement at its 6th run, and PostgreSQL
 settles on a plan for it after 5 more) and ``ITERATIONS`` times per round, sides
 interleaved, order rotating; p50/p95 are the median over rounds of each round's
 percentile.
+Before a corpus is timed, what its fill left dirty is written out (``CHECKPOINT``,
+``sync``: ``_settle``).
 
 ``work`` is clock-free: on SQLite the VM instructions of our recorded SQL (thousands,
 as in bench_search.py); on PostgreSQL the shared buffers (8 kB pages) our recorded
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,10 +86,21 @@ def _ids(hits) -> set:
     return {h["id"] for h in hits}
 
 
+def _settle(pg) -> None:
+    """Write out what the fill left dirty — the server's buffers (``CHECKPOINT``) and the
+    kernel's page cache (``sync``) — before timing: flushing a bulk load's hundreds of
+    MB otherwise runs beside the first kinds' timing, a disturbance of some runs and not
+    others that fell mostly on PostgreSQL's side (two processes, every match's page)."""
+    with engine_of(pg).connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("CHECKPOINT")
+    os.sync()
+
+
 def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
              target_size: int) -> tuple[int, int] | None:
     """Check and time ``queries`` on both stores; returns the short-CJK work
     (PostgreSQL buffers, SQLite k VM instructions) when the queries hold that kind."""
+    _settle(pg)
     floor = Floor(lite_path, read_only=True)
     lite_work = WorkCounter(floor.conn)
     short_work = None
