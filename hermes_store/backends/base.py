@@ -346,6 +346,16 @@ class Backend:
     def detach_damaged_index(self, exc: BaseException) -> Callable[[sa.Connection], bool] | None:
         """Where ``exc`` is a damaged search index: what a unit re-runs first (detach it, D20)."""
 
+    def substring_scope(self, conn: sa.Connection, session_id: str) -> Any:
+        """Ahead of a unit's change to a session's ``source`` or ``model_config``: what
+        :meth:`rescope_substring_index` needs after it (None: the engine keeps the
+        substring index's scope itself, as PostgreSQL's trigger does)."""
+        return None
+
+    def rescope_substring_index(self, conn: sa.Connection, session_id: str, before: Any) -> None:
+        """After that change: the session's messages moved out of or into the substring
+        index (``before``: :meth:`substring_scope`'s answer)."""
+
     def fts_integrity_check(self, conn: sa.Connection) -> list[str]:
         raise NotImplementedError
 

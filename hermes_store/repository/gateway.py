@@ -27,7 +27,7 @@ from .. import schema, unit_locks
 from ..errors import InvalidArgumentError
 from .base import RepositoryBase
 from ..sql.constructs import ascii_lower, insert_for, text_order
-from .kinds import RECOVERABLE_END_REASONS
+from .kinds import RECOVERABLE_END_REASONS, update_scoped
 from .rows import row_dict, session_columns
 from ..sql.values import scrub_surrogates
 
@@ -209,7 +209,8 @@ class GatewayMixin(RepositoryBase):
         if origin_json is not None:
             values["origin_json"] = origin_json
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
+        self._write(lambda conn: update_scoped(conn, session_id, stmt),
+                    locks=unit_locks.sessions(session_id))
 
     def find_latest_gateway_session_for_peer(
         self,

@@ -21,6 +21,7 @@ from functools import lru_cache
 import sqlalchemy as sa
 
 from .. import schema
+from ..backends.base import backend_of
 from ..sql.constructs import json_text
 
 COMPRESSION = "compression"
@@ -68,3 +69,15 @@ def is_continuation_candidate(child) -> sa.ColumnElement:
         delegate_from(child).is_(None),
         sa.func.coalesce(child.c.source, "") != "tool",
     )
+
+
+def update_scoped(conn: sa.Connection, session_id: str, statement) -> None:
+    """Run ``statement``, an UPDATE that may change the session's ``source`` or
+    ``model_config`` (and with them whether it is a delegate run, out of the substring
+    index), with the index kept in step (``Backend.substring_scope``: SQLite's index
+    triggers are on ``messages`` only)."""
+    backend = backend_of(conn)
+    before = backend.substring_scope(conn, session_id)
+    conn.execute(statement)
+    backend.rescope_substring_index(conn, session_id, before)
+

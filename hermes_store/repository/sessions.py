@@ -21,7 +21,7 @@ from .base import RepositoryBase
 from ..sql.constructs import like_nocase
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import LIKE_ESCAPE, like_prefix, prompt_hash, scrub_surrogates
-from .kinds import RECOVERABLE_END_REASONS
+from .kinds import RECOVERABLE_END_REASONS, update_scoped
 from .rows import as_cache_key, compression_lineage_ids, listing_filters, session_columns
 from .system_prompts import drop_unreferenced_prompts, keeps_prompts_inline, store_prompt
 
@@ -164,7 +164,11 @@ class SessionsMixin(RepositoryBase):
             if self._inline_prompts(conn):
                 fill["system_prompt"] = prompt
         if fill:
-            conn.execute(sa.update(S).where(S.c.id == session_id).values(**fill))
+            stmt = sa.update(S).where(S.c.id == session_id).values(**fill)
+            if "model_config" in fill:  # it may make the session a delegate run
+                update_scoped(conn, session_id, stmt)
+            else:
+                conn.execute(stmt)
 
     # ------------------------------------------------------------------ read
 
@@ -275,7 +279,8 @@ class SessionsMixin(RepositoryBase):
         if model is not None:
             values["model"] = model
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
+        self._write(lambda conn: update_scoped(conn, session_id, stmt),
+                    locks=unit_locks.sessions(session_id))
 
     def update_session_billing_route(
         self,

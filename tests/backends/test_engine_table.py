@@ -29,6 +29,8 @@ ONLY_ONE = {
         "files/": "the operations of a store that is one file (backup, recovery, identity, …)",
         "migrate/adopt.py": "adopting the files upstream Hermes wrote (a server starts at 0030)",
         "migrate/head_schema.py": "the frozen head DDL a new file is made from in one step",
+        "fts/scope.py": "a session's rows moved in the trigram index when its scope changes "
+                        "(a server's trigger on sessions does it)",
     },
     "postgresql": {
         "codec.py": "text cannot hold NUL on a server: the reversible codec (D12)",

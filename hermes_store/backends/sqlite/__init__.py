@@ -257,6 +257,16 @@ class SQLiteBackend(Backend):
 
         return functools.partial(detach_damaged, why=str(getattr(exc, "orig", exc)))
 
+    def substring_scope(self, conn, session_id):
+        from .fts import scope
+
+        return scope.in_scope(conn, session_id)
+
+    def rescope_substring_index(self, conn, session_id, before):
+        from .fts import scope
+
+        scope.rescope(conn, session_id, before)
+
     def fts_integrity_check(self, conn):
         from .fts import maintenance
 

@@ -22,9 +22,11 @@ in every trigger: while a rebuild/backfill is pending, ``state_meta`` holds
 in the index, so the triggers neither insert nor delete them. With both keys absent the
 gate is always open. The cjk index uses its own pair of keys.
 
-Limits (as upstream): there is no trigger on ``sessions``, so changing a session's
-``source`` or its ``model_config._delegate_from`` after it has messages leaves the
-trigram index out of step until ``maintenance.rebuild``; and ``create_fts`` does not
+Limits: there is no trigger on ``sessions`` (as upstream), so a change of a session's
+``source`` or its ``model_config._delegate_from`` after it has messages moves its rows
+in the trigram index only when the store makes it (``scope.py``, in the same unit);
+another program's change leaves the index out of step until ``maintenance.rebuild``;
+and ``create_fts`` does not
 repair an index that fell behind while its triggers were missing
 (``maintenance.integrity_check`` reports both).
 

@@ -1,0 +1,53 @@
+"""A session's messages in the trigram index when the session's scope changes.
+
+The trigram index holds the non-tool messages of the sessions that
+``ddl.trigram_session_predicate`` admits (not ``cron``/``subagent``, not a delegate
+run). Its triggers are on ``messages`` only, as in upstream's layout, so a unit that
+changes a session's ``source`` or ``model_config`` after it has messages left rows in
+the index that its content view no longer returns (FTS5 then calls the index
+malformed), or left out rows the view now returns. Such a unit asks :func:`in_scope`
+before its change and calls :func:`rescope` after it: the session's rows leave the index
+(FTS5's 'delete', with the values it indexed) or join it, behind the rebuild gate as
+the triggers are. PostgreSQL's scope trigger does the same on the server.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from .ddl import TRIGRAM_TABLE, _base_gate, trigram_session_predicate
+
+#: the index is kept by its triggers (absent: no trigram index, or detached while stale)
+_MAINTAINED = ("SELECT 1 FROM sqlite_master WHERE type = 'trigger' "
+               "AND name = 'messages_fts_trigram_insert'")
+_ADMITTED = f"SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ? AND {trigram_session_predicate()})"
+_ROWS = f"FROM messages AS m WHERE m.session_id = ? AND m.role <> 'tool' AND {_base_gate('m')}"
+
+
+def in_scope(conn: Connection, session_id: str) -> bool | None:
+    """Whether the trigram index holds the session's messages (None: no index kept by
+    triggers, nothing to keep in step)."""
+    if conn.exec_driver_sql(_MAINTAINED).first() is None:
+        return None
+    return bool(conn.exec_driver_sql(_ADMITTED, (session_id,)).scalar())
+
+
+def rescope(conn: Connection, session_id: str, before: bool | None) -> None:
+    """After a change of the session's scope (``before``: :func:`in_scope` ahead of it),
+    its messages taken out of the index or put into it."""
+    if before is None:
+        return
+    after = in_scope(conn, session_id)
+    if after is None or after == before:
+        return
+    if before:
+        conn.exec_driver_sql(
+            f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content, tool_name) "
+            f"SELECT 'delete', m.id, m.content, m.tool_name {_ROWS}", (session_id,))
+    else:
+        conn.exec_driver_sql(
+            f"INSERT INTO {TRIGRAM_TABLE}(rowid, content, tool_name) "
+            f"SELECT m.id, m.content, m.tool_name {_ROWS}", (session_id,))
+
+
+__all__ = ["in_scope", "rescope"]
