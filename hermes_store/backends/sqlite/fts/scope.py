@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from ....driver import driver_execute
 from .ddl import TRIGRAM_TABLE, _base_gate, trigram_session_predicate
 
 #: the index is kept by its triggers (absent: no trigram index, or detached while stale)
@@ -24,21 +25,19 @@ _ADMITTED = f"SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ? AND {trigram_se
 _ROWS = f"FROM messages AS m WHERE m.session_id = ? AND m.role <> 'tool' AND {_base_gate('m')}"
 
 
-def in_scope(conn: Connection, session_id: str) -> bool | None:
-    """Whether the trigram index holds the session's messages (None: no index kept by
-    triggers, nothing to keep in step)."""
-    if conn.exec_driver_sql(_MAINTAINED).first() is None:
-        return None
-    return bool(conn.exec_driver_sql(_ADMITTED, (session_id,)).scalar())
+def in_scope(conn: Connection, session_id: str) -> bool:
+    """Whether the session's messages belong in the trigram index (its rules; the
+    index itself may be absent or detached: :func:`rescope` asks only on a change)."""
+    # on the driver: this runs twice in every unit that may change a session's scope
+    return bool(driver_execute(conn, _ADMITTED, (session_id,), fetch_all=True)[0][0])
 
 
-def rescope(conn: Connection, session_id: str, before: bool | None) -> None:
+def rescope(conn: Connection, session_id: str, before: bool) -> None:
     """After a change of the session's scope (``before``: :func:`in_scope` ahead of it),
-    its messages taken out of the index or put into it."""
-    if before is None:
-        return
-    after = in_scope(conn, session_id)
-    if after is None or after == before:
+    its messages taken out of the index or put into it, where triggers keep one."""
+    if in_scope(conn, session_id) == before:
+        return  # the usual case: the change left the session where it was
+    if conn.exec_driver_sql(_MAINTAINED).first() is None:
         return
     if before:
         conn.exec_driver_sql(
