@@ -144,7 +144,8 @@ def _on_change(columns: tuple[str, ...]) -> str:
     return f"AFTER UPDATE OF {', '.join(columns)} ON messages\nWHEN ({changed})"
 
 
-def _base_gate(row: str) -> str:
+def base_gate(row: str) -> str:
+    """The word and trigram triggers' rebuild gate for ``row`` (``new``/``old``/an alias)."""
     return _rebuild_gate(row, REBUILD_HIGH_WATER_KEY, REBUILD_PROGRESS_KEY)
 
 
@@ -224,13 +225,13 @@ def _fts_values(row: str) -> str:
 TRIGGERS = {
     "messages_fts_insert": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages
-WHEN {_base_gate('new')}
+WHEN {base_gate('new')}
 BEGIN
     INSERT INTO {FTS_TABLE}({_FTS_COLUMNS}) VALUES ({_fts_values('new')});
 END""",
     "messages_fts_delete": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages
-WHEN {_base_gate('old')}
+WHEN {base_gate('old')}
 BEGIN
     INSERT INTO {FTS_TABLE}({FTS_TABLE}, {_FTS_COLUMNS}) VALUES ('delete', {_fts_values('old')});
 END""",
@@ -238,20 +239,20 @@ END""",
     "messages_fts_update": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_update
 {_on_change(_WORD_WATCHED)}
-     AND {_base_gate('old')}
+     AND {base_gate('old')}
 BEGIN
     INSERT INTO {FTS_TABLE}({FTS_TABLE}, {_FTS_COLUMNS}) VALUES ('delete', {_fts_values('old')});
     INSERT INTO {FTS_TABLE}({_FTS_COLUMNS}) VALUES ({_fts_values('new')});
 END""",
     "messages_fts_trigram_insert": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages
-WHEN {_trigram_eligible('new')} AND {_base_gate('new')}
+WHEN {_trigram_eligible('new')} AND {base_gate('new')}
 BEGIN
     INSERT INTO {TRIGRAM_TABLE}({_TRIGRAM_COLUMNS}) VALUES (new.id, new.content, new.tool_name);
 END""",
     "messages_fts_trigram_delete": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages
-WHEN {_trigram_eligible('old')} AND {_base_gate('old')}
+WHEN {_trigram_eligible('old')} AND {base_gate('old')}
 BEGIN
     INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, {_TRIGRAM_COLUMNS})
     VALUES ('delete', old.id, old.content, old.tool_name);
@@ -261,7 +262,7 @@ END""",
     "messages_fts_trigram_update": f"""
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update
 {_on_change(_TRIGRAM_WATCHED)}
-     AND {_base_gate('old')}
+     AND {base_gate('old')}
 BEGIN
     INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, {_TRIGRAM_COLUMNS})
     SELECT 'delete', old.id, old.content, old.tool_name WHERE {_trigram_eligible('old')};
@@ -393,7 +394,7 @@ def cjk_tokenizer_available(conn: Connection, tokenizer: str = CJK_TOKENIZER) ->
 # --------------------------------------------------------------------------- create / drop
 
 
-def _exists(conn: Connection, kind: str, name: str) -> bool:
+def schema_object_exists(conn: Connection, kind: str, name: str) -> bool:
     return conn.exec_driver_sql(
         "SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)
     ).first() is not None
@@ -446,7 +447,7 @@ def create_fts(
         cjk = cjk_tokenizer_available(conn, cjk_tokenizer)
     has_rows = _max_message_id(conn) is not None
 
-    created = [t for t in (FTS_TABLE, TRIGRAM_TABLE) if not _exists(conn, "table", t)]
+    created = [t for t in (FTS_TABLE, TRIGRAM_TABLE) if not schema_object_exists(conn, "table", t)]
     for ddl in VIEWS.values():
         conn.exec_driver_sql(ddl)
     for ddl in VIRTUAL_TABLES.values():
@@ -477,7 +478,7 @@ def _create_cjk(conn: Connection, tokenizer: str, *, fill: bool, has_rows: bool)
         # rebuild (maintenance.rebuild) may re-attach them.
         return False
     view, table, triggers = cjk_ddl(tokenizer)
-    is_new = not _exists(conn, "table", CJK_TABLE)
+    is_new = not schema_object_exists(conn, "table", CJK_TABLE)
     conn.exec_driver_sql(view)
     conn.exec_driver_sql(table)
     if is_new and has_rows:
@@ -505,7 +506,7 @@ def detach(conn: Connection, key: str, value) -> list[str]:
     """Drop the triggers of the indexes stale key ``key`` covers (``STALE``) and set the
     key to ``value``, in the caller's transaction; returns the triggers dropped (none:
     none was attached, and the key is left as it was)."""
-    present = [t for t in STALE[key][1] if _exists(conn, "trigger", t)]
+    present = [t for t in STALE[key][1] if schema_object_exists(conn, "trigger", t)]
     if present:
         _set_meta(conn, key, value)
         for trigger in present:
@@ -534,11 +535,11 @@ def drop_fts(conn: Connection) -> None:
     for trigger in FTS_TRIGGERS:
         conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
     for table in FTS_TABLES:
-        if _exists(conn, "table", table):
+        if schema_object_exists(conn, "table", table):
             _drop_virtual_table(conn, table)
     for view in FTS_VIEWS:
         conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view}")
-    if _exists(conn, "table", "state_meta"):
+    if schema_object_exists(conn, "table", "state_meta"):
         _delete_meta(
             conn,
             REBUILD_HIGH_WATER_KEY, REBUILD_PROGRESS_KEY,
@@ -578,7 +579,8 @@ __all__ = [
     "FTS_TABLES", "FTS_TRIGGERS", "FTS_VIEWS", "REBUILD_HIGH_WATER_KEY",
     "REBUILD_PROGRESS_KEY", "SHADOW_SUFFIXES", "STALE", "TOOL_CONTENT_PREFIX_CHARS",
     "TRIGGERS", "TRIGRAM_EXCLUDED_SOURCES", "TRIGRAM_SRC_VIEW", "TRIGRAM_TABLE", "VIEWS",
-    "VIRTUAL_TABLES", "attach", "cjk_ddl", "cjk_tokenizer_available", "create_fts",
+    "VIRTUAL_TABLES", "attach", "base_gate", "cjk_ddl", "cjk_tokenizer_available", "create_fts",
     "detach", "drop_fts", "fts5_available", "indexed_content", "is_fts_object", "recreate",
-    "stamp_storage_version", "table_usable", "trigram_session_predicate"
+    "schema_object_exists", "stamp_storage_version", "table_usable",
+    "trigram_session_predicate"
 ]

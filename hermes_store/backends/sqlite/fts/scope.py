@@ -16,13 +16,13 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from ....driver import driver_execute
-from .ddl import TRIGRAM_TABLE, _base_gate, trigram_session_predicate
+from .ddl import TRIGRAM_TABLE, base_gate, schema_object_exists, trigram_session_predicate
 
-#: the index is kept by its triggers (absent: no trigram index, or detached while stale)
-_MAINTAINED = ("SELECT 1 FROM sqlite_master WHERE type = 'trigger' "
-               "AND name = 'messages_fts_trigram_insert'")
+#: the trigger whose presence says the index is kept (absent: no trigram index, or
+#: detached while stale)
+_KEEPER = "messages_fts_trigram_insert"
 _ADMITTED = f"SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ? AND {trigram_session_predicate()})"
-_ROWS = f"FROM messages AS m WHERE m.session_id = ? AND m.role <> 'tool' AND {_base_gate('m')}"
+_ROWS = f"FROM messages AS m WHERE m.session_id = ? AND m.role <> 'tool' AND {base_gate('m')}"
 
 
 def in_scope(conn: Connection, session_id: str) -> bool:
@@ -37,7 +37,7 @@ def rescope(conn: Connection, session_id: str, before: bool) -> None:
     its messages taken out of the index or put into it, where triggers keep one."""
     if in_scope(conn, session_id) == before:
         return  # the usual case: the change left the session where it was
-    if conn.exec_driver_sql(_MAINTAINED).first() is None:
+    if not schema_object_exists(conn, "trigger", _KEEPER):
         return
     if before:
         conn.exec_driver_sql(
