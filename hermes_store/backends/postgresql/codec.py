@@ -54,6 +54,82 @@ def decode_text(value: str) -> str:
     return _ESCAPED_PAIR.sub(_unescape, value)
 
 
+# --------------------------------------------------------------------------- the escaped text in SQL
+#
+# Stored text holds U+0001 and U+0000 escaped (above: U+0001 → 01 01, U+0000 →
+# 01 02). SQLite reads text as a C string in LIKE, substr and length — up to its first
+# U+0000 — and counts U+0001 as one character. Each construct below tests the text for
+# the escape first (``strpos``, one C scan): text without it — nearly all — takes the
+# plain SQL; text with it is read token by token with a regular expression.
+
+#: one character of the escaped text: a plain one, an escaped U+0001, or a lone escape
+#: character (never written by the codec); an escaped U+0000 is none of them, so a
+#: repeat of these tokens from the start ends at the text's first U+0000
+_TOKEN = (f"(?:[^{ESCAPE}]|{ESCAPED_ESCAPE}|{ESCAPE}(?![{ESCAPED_ESCAPE[1]}{ESCAPED_NUL[1]}]))")
+
+
+def sql_literal(text: str) -> str:
+    """``text`` as a PostgreSQL escape-string literal: control characters spelled
+    ``\\xNN`` (the SQL stays printable), and ``%`` too (the driver's paramstyle reads a
+    bare one as a placeholder)."""
+    body = "".join(
+        "\\\\" if ch == "\\" else "\\'" if ch == "'" else
+        f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ch == "%" else ch
+        for ch in text)
+    return f"E'{body}'"
+
+
+ESCAPE_SQL = sql_literal(ESCAPE)
+
+
+def sql_plain(text_sql: str) -> str:
+    """SQL: true when the escaped text holds no escape, i.e. is the text itself."""
+    return f"strpos({text_sql}, {ESCAPE_SQL}) = 0"
+
+
+def sql_before_nul(text_sql: str, count: int | None = None) -> str:
+    """SQL: the escaped text up to its first U+0000 (at most ``count`` characters),
+    still escaped — for a value the driver reads back (and unescapes)."""
+    repeat = "*" if count is None else f"{{0,{int(count)}}}"
+    return f"substring({text_sql} from {sql_literal('^' + _TOKEN + repeat)})"
+
+
+def sql_c_string(text_sql: str) -> str:
+    """SQL: the text SQLite's LIKE and length read — up to its first U+0000 — with
+    U+0001 unescaped (PostgreSQL text holds U+0001; only U+0000 needs the codec)."""
+    return (f"CASE WHEN {sql_plain(text_sql)} THEN {text_sql} ELSE replace("
+            f"{sql_before_nul(text_sql)}, {sql_literal(ESCAPED_ESCAPE)}, {ESCAPE_SQL}) END")
+
+
+#: JSON's escapes of U+0001 and U+0000 (not preceded by an escaped backslash), and what
+#: they become: the escapes of the codec's pairs, so ``->>`` gives the stored form of
+#: the value, which the driver unescapes (PostgreSQL's ``->>`` refuses ``\u0000``)
+_JSON_ESCAPES = (
+    (r"(?<!\\)((?:\\\\)*)\\u0001", r"\1\\u0001\\u0001"),
+    (r"(?<!\\)((?:\\\\)*)\\u0000", r"\1\\u0001\\u0002"),
+)
+
+
+def sql_json_as_sqlite_reads_it(doc_sql: str) -> str:
+    """SQL: the JSON text SQLite's JSON functions read (up to its first U+0000), with
+    U+0000/U+0001 escapes made readable by PostgreSQL's ``->>``."""
+    rewritten = sql_before_nul(doc_sql)
+    for escape, readable in _JSON_ESCAPES:
+        rewritten = f"regexp_replace({rewritten}, {sql_literal(escape)}, {sql_literal(readable)}, 'g')"
+    return (f"CASE WHEN {sql_plain(doc_sql)} AND strpos({doc_sql}, {sql_literal(chr(92) + 'u000')}) = 0 "
+            f"THEN {doc_sql} ELSE {rewritten} END")
+
+
+def sql_c_string_head(text_sql: str, chars: int) -> str:
+    """SQL: SQLite's ``substr(text, 1, chars)`` — the text up to its first U+0000, at
+    most ``chars`` characters, U+0001 unescaped — reading no more than ``2 * chars``
+    stored characters (the most ``chars`` escaped characters take)."""
+    head = f"left({text_sql}, {int(chars)})"
+    window = f"left({text_sql}, {2 * int(chars)})"
+    return (f"CASE WHEN {sql_plain(head)} THEN {head} ELSE left(replace("
+            f"{sql_before_nul(window)}, {sql_literal(ESCAPED_ESCAPE)}, {ESCAPE_SQL}), {int(chars)}) END")
+
+
 def _codec_adapters():
     """psycopg dumper/loader classes applying the codec (built on first use: psycopg
     is imported only when PostgreSQL is)."""
@@ -108,5 +184,6 @@ def install_text_codec(dbapi_conn) -> None:
         adapters.register_loader(type_name, binary_loader)
 
 
-__all__ = ["ESCAPE", "ESCAPED_ESCAPE", "ESCAPED_NUL", "decode_text", "encode_text",
-           "install_text_codec"]
+__all__ = ["ESCAPE", "ESCAPED_ESCAPE", "ESCAPED_NUL", "ESCAPE_SQL", "decode_text",
+           "encode_text", "install_text_codec", "sql_before_nul", "sql_c_string",
+           "sql_c_string_head", "sql_json_as_sqlite_reads_it", "sql_literal", "sql_plain"]
