@@ -568,7 +568,8 @@ def run_reaches(revision: str) -> bool:
         resolved = script.get_revision(destination) if destination else None
     except Exception:
         return False
-    return bool(resolved and resolved.revision.isdigit() and int(resolved.revision) >= int(revision))
+    from hermes_store.revisions import at_or_after
+    return resolved is not None and at_or_after(resolved.revision, revision)
 
 
 def integrity_problems(conn: Connection, tables: Iterable[str] = (BASE_TABLE, TRIGRAM_TABLE)) -> list[str]:

@@ -3,15 +3,17 @@
 A PostgreSQL database never had SQLite's thirty schema versions, so it does not replay
 them: ``migrations/env.py`` runs :func:`create` on an empty database — every statement
 below, in one transaction — and stamps ``0030`` in that same transaction. Revisions
-0001–0030 never run on PostgreSQL, and a downgrade below ``0030`` is refused. From
-``0031`` on, every revision handles both dialects (``docs/migrations.md``, "PostgreSQL").
+0001–0030 never run on PostgreSQL, and a downgrade below ``0030`` is refused. Every
+revision after it (``0030a``, ``0031``, …) handles both dialects (``docs/migrations.md``,
+"PostgreSQL").
 
 Like every revision, this file is frozen: it holds the DDL *as of schema version 30*
 and imports nothing from ``hermes_store.schema`` or ``hermes_store.fts`` (D3). When the
 head moves on, the next revision changes both engines; this text stays as it is.
-``tests/backends/postgresql/test_migrate.py`` checks that a database built from it equals one
-built from the live definitions (``hermes_store.migrate_pg.create_head``) as long as
-the head is 0030, and the head-parity test compares it with SQLite's head.
+``tests/backends/postgresql/test_migrate.py`` checks that a database built from it and
+the revisions after it equals one built from the live definitions
+(``backends/postgresql/migrate/create.py``, ``create_head``), and the head-parity test
+compares it with SQLite's head.
 
 What it holds: the 14 ordinary tables and their indexes (SQLite's INTEGER and REAL as
 BIGINT and DOUBLE PRECISION, which is what they are on SQLite: 64-bit); the full-text

@@ -65,8 +65,25 @@ def scripts() -> ScriptDirectory:
 
 
 def head() -> str:
-    """The newest revision id (``"0030"`` = upstream schema version 30)."""
+    """The newest revision id (``"0030a"``: a step of the store's own after upstream
+    schema version 30; ``hermes_store.revisions``)."""
     return scripts().get_current_head()
+
+
+#: a revision's module attribute naming the engines whose schema it changes (on the
+#: others it only moves the stamp); a revision without it changes both
+ENGINES_CHANGED_ATTRIBUTE = "engines_changed"
+
+
+def same_schema_as_head(revision: str, dialect: str) -> bool:
+    """True when no revision after ``revision`` up to head changes a ``dialect``
+    database: one stamped ``revision`` has head's schema on that engine."""
+    for script in scripts().iterate_revisions(head(), revision):
+        if script.revision == revision:
+            continue
+        if dialect in getattr(script.module, ENGINES_CHANGED_ATTRIBUTE, ("sqlite", "postgresql")):
+            return False
+    return True
 
 
 def _history(directory: ScriptDirectory) -> list[tuple[str, str]]:

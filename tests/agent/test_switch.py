@@ -25,6 +25,7 @@ from support.agent import (
 )
 
 from hermes_store.agent import switch
+from hermes_store import revisions
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
@@ -131,7 +132,7 @@ def test_status_says_what_the_agent_will_use(env, tmp_path):
     assert info["enabled"] is False and info["agent_version"] == "0.19.0" and info["agent_tested"]
     assert info["hermes_state"] == str(env.site / "hermes_state.py")
     assert info["store"] == str(home / "state.db") and info["backend"] == "sqlite"
-    assert info["exists"] is True and info["at_head"] is False and info["head"] == "0030"
+    assert info["exists"] is True and info["at_head"] is False and info["head"] == revisions.head()
 
     store_cli("agent", "enable", "--python", env.python, check=True)
     store_cli("--db", home / "state.db", "db", "upgrade", check=True)
@@ -140,7 +141,7 @@ def test_status_says_what_the_agent_will_use(env, tmp_path):
     text = flat(on.stdout)
     assert f"switch on ({env.site / HOOK_FILE})" in text
     assert "hermes_state hermes_store:" in text
-    assert f"store {home / 'state.db'} (sqlite;" in text and "revision 0030 (head)" in text
+    assert f"store {home / 'state.db'} (sqlite;" in text and f"revision {revisions.head()} (head)" in text
 
 
 def test_status_names_the_url_from_the_environment_or_hermes_home_env(env, tmp_path):

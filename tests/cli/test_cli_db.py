@@ -10,7 +10,7 @@ import pytest
 from support.cli import *  # noqa: F403
 from conftest import copy_fixture
 
-from hermes_store import migrate
+from hermes_store import migrate, revisions
 
 HEAD = migrate.head()
 
@@ -135,7 +135,7 @@ def test_status_of_the_default_store_and_of_a_missing_one(cli, hermes_home, head
     assert data["path"] == str(hermes_home / "state.db") and data["backend"] == "sqlite"
     assert (data["revision"], data["schema_version"], data["sessions"], data["messages"]) == (HEAD, 30, 6, 41)
     human = cli(None, "status")
-    assert "0030 (head)" in flat(human.stdout)
+    assert f"{revisions.head()} (head)" in flat(human.stdout)
     assert_fits(human.stdout)
 
 
@@ -157,7 +157,7 @@ def test_status_json_shape_on_each_engine(cli, store, backend):
         assert (data["journal_mode"], data["wal_bytes"]) == (None, None)
         assert (data["sqlite_library"], data["filesystem"]) == (None, None)
     human = cli(store, "status")
-    assert "0030 (head)" in flat(human.stdout)
+    assert f"{revisions.head()} (head)" in flat(human.stdout)
     assert_fits(human.stdout)
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from support.cli import *  # noqa: F403
 from typer.main import get_command
 
-from hermes_store import SessionDB, migrate
+from hermes_store import SessionDB, migrate, revisions
 from hermes_store.cli import app
 from hermes_store.location import URL_ENV
 
@@ -126,7 +126,7 @@ def test_db_upgrade_creates_the_baseline_on_an_empty_database(cli, pg_empty_url)
     assert migrate.current(pg_empty_url) == HEAD
 
     again = cli(url, "db", "upgrade")
-    assert again.exit_code == 0 and "already at 0030 (head); nothing to do" in flat(again.stdout)
+    assert again.exit_code == 0 and f"already at {revisions.head()} (head); nothing to do" in flat(again.stdout)
     assert cli(url, "db", "check").exit_code == 0
 
 
@@ -574,7 +574,7 @@ def test_one_command_of_each_group_as_a_process(pg_store):
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["sessions"] == 6
     current = _run("--db", url, "db", "current")
-    assert current.stdout.strip() == "0030 (head)"
+    assert current.stdout.strip() == f"{revisions.head()} (head)"
     listed = _run("--db", url, "sessions", "list", "--children")
     assert ROOT in listed.stdout and "\x1b[" not in listed.stdout
     assert_fits(listed.stdout)

@@ -18,11 +18,12 @@ from support.migrations import file_digest
 
 from hermes_store import errors, migrate
 from hermes_store.backends.sqlite.errors import sqlite_errors
+from hermes_store.revisions import upstream_version
 
 
 def _stamp_newer(db):
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE schema_version SET version = ?", (int(migrate.head()) + 1,))
+        conn.execute("UPDATE schema_version SET version = ?", (upstream_version(migrate.head()) + 1,))
     sqlite3.connect(db).close()  # last close checkpoints the WAL into the file
 
 

@@ -8,14 +8,30 @@ import re
 from hermes_store import migrate, revisions
 
 VERSIONS = migrate.MIGRATIONS_DIR / "versions"
-FILES = sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
+FILES = sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]*_*.py"))
+IDS = [f.name.split("_", 1)[0] for f in FILES]
 
 
 def test_one_linear_chain_numbered_by_schema_version():
-    numbers = [int(f.name[:4]) for f in FILES]
-    assert numbers == list(range(1, len(FILES) + 1))
-    assert [rev for rev, _ in migrate.history()] == [f.name[:4] for f in FILES]
-    assert migrate.head() == FILES[-1].name[:4]
+    # 0001 … 0030, one per upstream version; a step of the store's own follows the
+    # version it belongs to, lettered in order (0030a, 0030b)
+    assert all(revisions.REVISION_ID.match(rev) for rev in IDS), IDS
+    versions = [revisions.upstream_version(rev) for rev in IDS]
+    assert sorted(set(versions)) == list(range(1, max(versions) + 1))
+    for previous, rev in zip(IDS, IDS[1:]):
+        letter = rev[4:]
+        if letter:
+            assert previous == rev[:4] + (chr(ord(letter) - 1) if letter > "a" else ""), rev
+        else:
+            assert int(rev) == revisions.upstream_version(previous) + 1, rev
+    assert [rev for rev, _ in migrate.history()] == IDS
+    assert migrate.head() == IDS[-1]
+
+
+def test_revision_ids_sort_in_chain_order():
+    assert sorted(IDS) == IDS
+    assert [revisions.is_newer(b, a) for a, b in zip(IDS, IDS[1:])] == [True] * (len(IDS) - 1)
+    assert revisions.upstream_version("0030a") == 30 and revisions.upstream_version("t002") is None
 
 
 def test_head_read_from_the_file_names_is_alembics_head():
@@ -25,7 +41,7 @@ def test_head_read_from_the_file_names_is_alembics_head():
 
 
 def test_each_file_declares_its_own_revision_and_the_previous_one():
-    for n, path in enumerate(FILES, start=1):
+    for n, path in enumerate(FILES):
         module = ast.parse(path.read_text())
         values = {
             node.targets[0].id: node.value.value
@@ -33,11 +49,12 @@ def test_each_file_declares_its_own_revision_and_the_previous_one():
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
             and isinstance(node.value, ast.Constant)
         }
-        assert values.get("revision") == f"{n:04d}", path.name
-        assert values.get("down_revision") == (f"{n - 1:04d}" if n > 1 else None), path.name
+        assert values.get("revision") == IDS[n], path.name
+        assert values.get("down_revision") == (IDS[n - 1] if n else None), path.name
         doc = ast.get_docstring(module) or ""
-        assert re.search(rf"schema version:? {n}\b", doc, re.IGNORECASE), (
-            f"{path.name}: the docstring must name upstream schema version {n}"
+        version = revisions.upstream_version(IDS[n])
+        assert re.search(rf"schema version:? {version}\b", doc, re.IGNORECASE), (
+            f"{path.name}: the docstring must name upstream schema version {version}"
         )
 
 

@@ -362,27 +362,40 @@ def test_search_reads_text_with_nuls_as_sqlite_does(twin):
         twin.compare("search_messages", (query,), dict(source_filter=["cli\x01"]), project=_hits)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "left open (issue 32): the PostgreSQL word index (hermes_fts_document, part of the "
-    "PostgreSQL head) reads a tool row's content past a U+0000, where SQLite's index "
-    "(substr) stops; changing it is a schema step"))
 def test_a_tool_outputs_text_past_a_nul_is_not_searchable(twin):
+    """SQLite's word index holds a tool row's first 8,192 characters, taken with
+    ``substr``: up to a U+0000 (a multimodal output is ``"\\x00json:[…]"``, so none of
+    it is found), U+0001 counted as one character. PostgreSQL's reads the escaped text
+    the same way (revision 0030a)."""
     twin("create_session", "s", "cli")
     twin("append_message", "s", "tool", [{"type": "text", "text": "kubectl output"}],
          tool_name="shell")
-    twin.compare("search_messages", ("kubectl",), project=_hits)
+    twin("append_message", "s", "tool", "before\x01 nul\x00after", tool_name="shell")
+    # 100 U+0001 take 200 stored characters on PostgreSQL: "boundary" ends at the
+    # 8,192nd character, "beyond" starts after it
+    twin("append_message", "s", "tool", "\x01" * 100 + "a" * (8192 - 100 - 9)
+         + " boundary beyond", tool_name="shell")
+    found = {query: len(twin.compare("search_messages", (query,), project=_hits))
+             for query in ("kubectl", "output", "before", "nul", "after", "boundary", "beyond")}
+    assert found == {"kubectl": 0, "output": 0, "before": 1, "nul": 1, "after": 0,
+                     "boundary": 1, "beyond": 0}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "left open (issue 32): the trigger keeping the substring index's scope (its "
-    "hermes_json_text, part of the PostgreSQL head) reads a _delegate_from holding "
-    "\\u0000 as absent, so the delegate run's messages are in the index; changing it is "
-    "a schema step"))
 def test_a_delegate_run_marked_with_a_nul_is_out_of_the_substring_index(twin):
+    """A ``_delegate_from`` holding U+0000 is ``\\u0000`` in the JSON text, which
+    PostgreSQL's ``->>`` refuses; the scope trigger reads it as SQLite's JSON functions
+    do (revision 0030a), so the delegate run stays out of the substring index, as on
+    SQLite — also when the session becomes one after its messages exist."""
     twin("create_session", "p\x00", "cli")
     twin("create_session", "d", "cli", model_config={"_delegate_from": "p\x00"})
     twin("append_message", "d", "user", "数据库迁移")
-    twin.compare("search_messages", ("数据库",), project=_hits)
+    twin("create_session", "later", "cli")
+    twin("append_message", "later", "user", "数据库备份")
+    twin("create_session", "kept", "cli", model_config={"note": "\x00"})
+    twin("append_message", "kept", "user", "数据库索引")
+    twin("update_session_meta", "later", '{"_delegate_from": "p\\u0000", "x": "\\u0001"}')
+    hits = twin.compare("search_messages", ("数据库",), project=_hits)
+    assert [hit for hit in hits if "'kept'" in hit] == hits and len(hits) == 1
 
 
 
@@ -490,9 +503,8 @@ def _op_create(p: Pools):
 def _op_append(p: Pools):
     role = p.rng.choice(("user", "user", "assistant", "tool"))
     kwargs = dict(content=p.content())
-    if role == "tool":  # no U+0000 in a tool output (the xfail test below)
-        kwargs.update(content=p.pick([t for t in p.texts if "\x00" not in t]),
-                      tool_name=p.pick(p.words), tool_call_id=p.pick(p.keys))
+    if role == "tool":
+        kwargs.update(tool_name=p.pick(p.words), tool_call_id=p.pick(p.keys))
     if role == "assistant" and p.rng.random() < 0.4:
         kwargs.update(tool_calls=[{"id": p.pick(p.keys), "type": "function",
                                    "function": {"name": p.pick(p.words), "arguments": "{}"}}],

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from alembic.migration import MigrationContext
 
-from hermes_store import errors, migrate
+from hermes_store import errors, migrate, revisions
 from hermes_store.backends.postgresql.migrate import create as pg_create
 from hermes_store.backends.postgresql.migrate import env as pg_env
 from hermes_store.backends.postgresql.migrate import inspect as pg_inspect
@@ -49,13 +49,13 @@ def _query(pg_server, url: str, sql: str) -> list[tuple]:
 # --------------------------------------------------------------------------- baseline
 
 
-def test_alembic_upgrade_head_on_an_empty_database_reaches_0030(pg_server, pg_empty_url, tmp_path):
+def test_alembic_upgrade_head_on_an_empty_database_reaches_head(pg_server, pg_empty_url, tmp_path):
     up = run_alembic("upgrade", "head", url=pg_empty_url, home=tmp_path)
     assert up.returncode == 0, up.stderr
     cur = run_alembic("current", url=pg_empty_url, home=tmp_path)
     assert cur.returncode == 0, cur.stderr
-    assert cur.stdout.split()[:2] == ["0030", "(head)"]
-    assert migrate.current(pg_empty_url) == "0030" == migrate.head()
+    assert cur.stdout.split()[:2] == ["0030a", "(head)"]
+    assert migrate.current(pg_empty_url) == "0030a" == migrate.head()
     assert _query(pg_server, pg_empty_url, "SELECT version FROM schema_version") == [(30,)]
     assert migrate.check(pg_empty_url).ok
     assert list(tmp_path.iterdir()) == []  # no SQLite file anywhere
@@ -63,16 +63,16 @@ def test_alembic_upgrade_head_on_an_empty_database_reaches_0030(pg_server, pg_em
 
 def test_the_api_reports_the_baseline_as_one_step(pg_empty_url):
     steps = []
-    assert migrate.upgrade(pg_empty_url, progress=lambda *a: steps.append(a)) == "0030"
-    assert steps == [("0030", "PostgreSQL baseline: the head schema of v30")]
-    assert migrate.upgrade(pg_empty_url) == "0030"  # at head: nothing to do
+    assert migrate.upgrade(pg_empty_url, progress=lambda *a: steps.append(a)) == "0030a"
+    assert [step for step, _ in steps] == ["0030", "0030a"]
+    assert steps[0] == ("0030", "PostgreSQL baseline: the head schema of v30")
+    assert migrate.upgrade(pg_empty_url) == "0030a"  # at head: nothing to do
     assert migrate.schema_version_of(pg_empty_url) == 30
 
 
 def test_the_frozen_baseline_equals_the_live_head_definitions(pg_server, pg_empty_url):
-    # While the head is 0030, the baseline (frozen text) and schema.py + fts/postgres.py +
-    # display_order.py must build the very same schema; after 0031 this becomes
-    # "baseline + 0031 == live".
+    # The baseline (frozen text) and the revisions after it must build the very schema
+    # schema.py + backends/postgresql/fts/ddl.py + display_order.py build
     migrate.upgrade(pg_empty_url)
     live = pg_server.create_database(pg_server.new_name("live"))
     try:
@@ -115,20 +115,20 @@ def test_tables_that_are_not_a_store_are_left_alone(pg_server, pg_empty_url):
 
 
 def test_a_downgrade_below_the_baseline_is_refused(pg_server, pg_url, tmp_path):
-    for target in ("0029", "base", "-1"):
+    for target in ("0029", "base", "-2"):
         result = run_alembic("downgrade", target, url=pg_url, home=tmp_path)
         assert result.returncode != 0
         assert "cannot downgrade below 0030" in result.stderr
         assert "Traceback" not in result.stderr
     with pytest.raises(errors.SchemaError, match="cannot downgrade below 0030"):
         migrate.downgrade(pg_url, "0022")
-    assert migrate.current(pg_url) == "0030" and migrate.check(pg_url).ok
+    assert migrate.current(pg_url) == migrate.head() and migrate.check(pg_url).ok
 
 
 def test_no_revision_below_the_baseline_is_reached_any_other_way(pg_server, pg_url, pg_empty_url):
     with pytest.raises(errors.SchemaError, match="cannot stamp 0022"):
         migrate.stamp(pg_url, "0022")
-    assert migrate.current(pg_url) == "0030"
+    assert migrate.current(pg_url) == migrate.head()
     with pytest.raises(errors.SchemaError, match="cannot upgrade an empty database to 0022"):
         migrate.upgrade(pg_empty_url, "0022")
     with pytest.raises(errors.SchemaError, match="stamping an empty database"):
@@ -136,6 +136,55 @@ def test_no_revision_below_the_baseline_is_reached_any_other_way(pg_server, pg_u
     assert migrate.current(pg_empty_url) is None
     assert _query(pg_server, pg_empty_url,
                   "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+
+
+def _nul_rows_as_read(url: str) -> dict:
+    """What the index functions made of the rows ``test_0030a_…`` writes."""
+    engine = postgres.create_engine(resolve(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return {
+                "words": dict(conn.exec_driver_sql(
+                    "SELECT content_words, fts_document @@ to_tsquery('simple', content_words) "
+                    "FROM (SELECT fts_document, unnest(ARRAY['before', 'after']) AS content_words "
+                    "FROM messages WHERE role = 'tool') AS t").all()),
+                "scope": dict(conn.exec_driver_sql(
+                    "SELECT session_id, fts_trigram_scope FROM messages WHERE role = 'user'").all()),
+                "schema_version": conn.exec_driver_sql("SELECT version FROM schema_version").all(),
+            }
+    finally:
+        engine.dispose()
+
+
+def test_0030a_makes_the_index_functions_read_nul_text_as_sqlite_and_back(pg_empty_url, tmp_path):
+    """Revision 0030a, a step of the store's own: rows a 0030 database holds are
+    recomputed on upgrade, and the downgrade gives back the baseline's reading."""
+    assert migrate.upgrade(pg_empty_url, "0030") == "0030"
+    engine = postgres.create_engine(resolve(pg_empty_url), poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:  # the driver's codec escapes U+0000, as the store does
+        conn.exec_driver_sql(
+            "INSERT INTO sessions (id, source, started_at, model_config) VALUES "
+            "('plain', 'cli', 1, '{}'), ('delegate', 'cli', 1, %(marked)s)",
+            {"marked": '{"_delegate_from": "p\\u0000"}'})
+        conn.exec_driver_sql(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES "
+            "('plain', 'tool', %(tool)s, 1), ('plain', 'user', 'hi', 2), "
+            "('delegate', 'user', 'hi', 3)", {"tool": "before\x00after"})
+    engine.dispose()
+    baseline = {"words": {"before": True, "after": True},
+                "scope": {"plain": True, "delegate": True}, "schema_version": [(30,)]}
+    as_sqlite = {"words": {"before": True, "after": False},
+                 "scope": {"plain": True, "delegate": False}, "schema_version": [(30,)]}
+    assert _nul_rows_as_read(pg_empty_url) == baseline
+    up = run_alembic("upgrade", "head", url=pg_empty_url, home=tmp_path)
+    assert up.returncode == 0, up.stderr
+    assert migrate.current(pg_empty_url) == "0030a"
+    assert _nul_rows_as_read(pg_empty_url) == as_sqlite
+    assert migrate.downgrade(pg_empty_url, "0030") == "0030"
+    assert _nul_rows_as_read(pg_empty_url) == baseline
+    assert migrate.upgrade(pg_empty_url) == "0030a"
+    assert _nul_rows_as_read(pg_empty_url) == as_sqlite
+    assert migrate.check(pg_empty_url).ok
 
 
 def test_a_server_error_prints_one_line_through_the_cli(tmp_path):
@@ -150,10 +199,10 @@ def test_a_server_error_prints_one_line_through_the_cli(tmp_path):
 # --------------------------------------------------------------------------- the paired rule
 
 
-def dialect_problems(source: str, number: int) -> list[str]:
-    """The rule of docs/migrations.md for revision ``number``: from 0031 on, a revision
-    declares ``dialects = ("sqlite", "postgresql")`` (it handles both engines)."""
-    if number <= int(pg_create.BASELINE):
+def dialect_problems(source: str, revision: str) -> list[str]:
+    """The rule of docs/migrations.md for ``revision``: after the baseline (0030), a
+    revision declares ``dialects = ("sqlite", "postgresql")`` (it handles both engines)."""
+    if not revisions.is_newer(revision, pg_create.BASELINE):
         return []
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(
@@ -162,20 +211,20 @@ def dialect_problems(source: str, number: int) -> list[str]:
             value = ast.literal_eval(node.value)
             if set(value) >= {"sqlite", "postgresql"}:
                 return []
-            return [f"{number:04d}: dialects = {value!r} leaves an engine out"]
-    return [f"{number:04d}: no `dialects = (\"sqlite\", \"postgresql\")`"]
+            return [f"{revision}: dialects = {value!r} leaves an engine out"]
+    return [f"{revision}: no `dialects = (\"sqlite\", \"postgresql\")`"]
 
 
 def test_every_revision_after_the_baseline_handles_both_engines():
     problems = []
-    for path in sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py")):
-        problems += dialect_problems(path.read_text(), int(path.name[:4]))
+    for path in sorted(VERSIONS.glob("[0-9][0-9][0-9][0-9]*_*.py")):
+        problems += dialect_problems(path.read_text(), path.name.split("_")[0])
     assert problems == []
     # the rule itself
-    assert dialect_problems('revision = "0031"\n', 31) == ['0031: no `dialects = ("sqlite", "postgresql")`']
-    assert dialect_problems('dialects = ("sqlite",)\n', 31) == ["0031: dialects = ('sqlite',) leaves an engine out"]
-    assert dialect_problems('dialects = ("sqlite", "postgresql")\n', 31) == []
-    assert dialect_problems("", 30) == []
+    assert dialect_problems('revision = "0031"\n', "0031") == ['0031: no `dialects = ("sqlite", "postgresql")`']
+    assert dialect_problems('dialects = ("sqlite",)\n', "0030b") == ["0030b: dialects = ('sqlite',) leaves an engine out"]
+    assert dialect_problems('dialects = ("sqlite", "postgresql")\n', "0031") == []
+    assert dialect_problems("", "0030") == []
 
 
 def test_env_refuses_to_run_a_revision_that_does_not_handle_postgresql():
@@ -227,9 +276,10 @@ def test_two_concurrent_deploys_cannot_race(pg_server, pg_empty_url, tmp_path):
             holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
         outcomes = [d.communicate(timeout=300) + (d.returncode,) for d in deploys]
     assert [code for _, _, code in outcomes] == [0, 0], outcomes
-    assert migrate.current(pg_empty_url) == "0030"
+    assert migrate.current(pg_empty_url) == migrate.head()
     assert _query(pg_server, pg_empty_url, "SELECT version FROM schema_version") == [(30,)]
-    assert _query(pg_server, pg_empty_url, "SELECT version_num FROM alembic_version") == [("0030",)]
+    assert _query(pg_server, pg_empty_url, "SELECT version_num FROM alembic_version") == [
+        (migrate.head(),)]
     assert migrate.check(pg_empty_url).ok
 
 

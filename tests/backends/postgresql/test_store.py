@@ -26,6 +26,7 @@ from hermes_store.errors import (
     UnsupportedBackendError,
 )
 from hermes_store.location import URL_ENV, resolve
+from hermes_store import revisions
 
 META = schema.state_meta
 
@@ -132,7 +133,7 @@ def test_a_newer_database_and_a_foreign_one_are_refused_untouched(pg_url, pg_ser
         SessionDB(pg_url)
     with pg_server.connect(_database(pg_url)) as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0099",)]
-        conn.execute("UPDATE alembic_version SET version_num = '0030'")
+        conn.execute("UPDATE alembic_version SET version_num = %s", (revisions.head(),))
 
 
 def test_tables_of_another_application_are_not_taken_over(pg_empty_url, pg_server):

@@ -61,6 +61,7 @@ from ....fts.layout import (
     TRIGRAM_EXCLUDED_SOURCES,
     TRIGRAM_TABLE,
 )
+from ..codec import sql_c_string_head, sql_json_as_sqlite_reads_it
 
 
 #: text search configuration of the word index (no stemming, like unicode61)
@@ -129,7 +130,7 @@ CREATE OR REPLACE FUNCTION {DOCUMENT_FUNCTION}(
 ) RETURNS tsvector
 LANGUAGE sql IMMUTABLE
 RETURN {VECTOR_FUNCTION}(
-    CASE WHEN role = 'tool' THEN left(coalesce(content, ''), {TOOL_CONTENT_PREFIX_CHARS})
+    CASE WHEN role = 'tool' THEN {sql_c_string_head("coalesce(content, '')", TOOL_CONTENT_PREFIX_CHARS)}
          ELSE coalesce(content, '') END
     || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))""",
     TRIGRAM_DOCUMENT_FUNCTION: f"""
@@ -156,7 +157,7 @@ CREATE OR REPLACE FUNCTION {SESSION_OK_FUNCTION}(source text, model_config text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 RETURN source NOT IN ({_SOURCES})
-   AND {JSON_TEXT_FUNCTION}(model_config, '_delegate_from') IS NULL""",
+   AND {JSON_TEXT_FUNCTION}({sql_json_as_sqlite_reads_it("model_config")}, '_delegate_from') IS NULL""",
     MESSAGE_SCOPE_FUNCTION: f"""
 CREATE OR REPLACE FUNCTION {MESSAGE_SCOPE_FUNCTION}() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -6,7 +6,7 @@ calls :func:`run_env` for ``alembic -x db=URL …``. Both run the same Alembic s
 
 One chain, one baseline. A PostgreSQL database starts at revision ``0030``: on an empty
 database the first upgrade runs the frozen baseline (``migrations/pg_baseline.py``: the
-whole head schema) and stamps ``0030`` in the same transaction. Revisions 0001–0030 never
+whole v30 schema) and stamps ``0030`` in the same transaction. Revisions 0001–0030 never
 run on PostgreSQL; an upgrade to, a downgrade to or a stamp of anything below ``0030`` is
 refused with an error that says so. Revisions after ``0030`` run on both engines (each
 declares ``dialects``; ``docs/migrations.md``).

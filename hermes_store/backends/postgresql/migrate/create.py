@@ -1,5 +1,6 @@
-"""The PostgreSQL head in one step: the baseline a new database starts at (``0030``),
-from the frozen ``migrations/pg_baseline.py``, or the live definitions (:func:`create_head`)."""
+"""The baseline a new PostgreSQL database starts at (``0030``, the frozen
+``migrations/pg_baseline.py``; the revisions after it follow), and the head in one step
+from the live definitions (:func:`create_head`), which the two must equal (tested)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ BASELINE = "0030"
 
 def create_head(conn: sa.Connection) -> None:
     """The head schema from the live definitions, on an empty database (inside the
-    caller's transaction). While the head is the baseline this equals
-    ``pg_baseline.create`` (tested); later it is what the baseline plus the revisions
-    after it must give."""
+    caller's transaction): what the baseline plus the revisions after it give
+    (tested)."""
     from .... import schema
     from .. import display_order
     from ..fts import ddl as fts_ddl

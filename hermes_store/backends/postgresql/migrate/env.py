@@ -12,6 +12,7 @@ from .... import errors
 from ....connections import BEGIN_MODE
 from ....location import Target
 from ....migrate.scripts import significant_only
+from ....revisions import upstream_version
 from ..engine import create_engine
 from ..errors import pg_errors
 from ..locks import lock_migrations
@@ -135,7 +136,7 @@ def record_schema_version(ctx, step, heads, run_args) -> None:
     if not destination:
         conn.exec_driver_sql("DELETE FROM schema_version")
         return
-    version = int(destination[0]) if destination[0].isdigit() else None
+    version = upstream_version(destination[0])
     if version is None:
         return  # a branch revision (not an upstream schema version)
     updated = conn.exec_driver_sql(

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ....connections import BEGIN_MODE
+from ....revisions import upstream_version
 
 
 def stamped_at_head(engine: Engine, head: str) -> bool:
@@ -23,7 +24,7 @@ def stamped_at_head(engine: Engine, head: str) -> bool:
             conn.rollback()
             return False
     return [tuple(r) for r in stamps] == [(head,)] and \
-        [tuple(r) for r in versions] == [(int(head),)]
+        [tuple(r) for r in versions] == [(upstream_version(head),)]
 
 
 __all__ = ["stamped_at_head"]

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from .... import errors
 from ....location import Target
 from ....migrate.scripts import scripts
+from ....revisions import is_newer
 from ..engine import create_engine
 from ..errors import pg_errors
 
@@ -50,7 +51,7 @@ def classify(conn: sa.Connection, target: Target) -> DbState:
         directory.get_revision(revision)
     except Exception:
         newest = directory.get_current_head()
-        if revision.isdigit() and newest and revision > newest:
+        if newest and is_newer(revision, newest):
             raise errors.SchemaTooNewError(
                 f"{target.display} has revision {revision}, newer than this hermes_store "
                 f"understands (up to {newest}); upgrade hermes_store. The database was not "

@@ -41,6 +41,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.pool import StaticPool
 
 from .... import errors
+from ....revisions import upstream_version
 from .. import library as _library
 from . import head_schema
 from .head import head_indexes
@@ -176,7 +177,7 @@ def adopt(conn: sa.Connection, scripts: ScriptDirectory, where: object = "databa
         if version is None:
             has_row = conn.exec_driver_sql("SELECT 1 FROM schema_version LIMIT 1").first()
             if not has_row:
-                conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (int(revision),))
+                conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (upstream_version(revision),))
         MigrationContext.configure(conn).stamp(scripts, revision)
         return revision
 

@@ -22,6 +22,7 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
     if stamped_at_head(path):
         return  # the usual open: answered without importing Alembic
     from ....migrate.scripts import head as newest
+    from ....migrate.scripts import same_schema_as_head
     from . import topics
     from .inspect import inspect_file
 
@@ -35,6 +36,9 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
             with sqlite_errors(path):
                 command_upgrade(path)
         return
+    if (read_only or not auto_upgrade) and at is not None and at < head \
+            and same_schema_as_head(at, "sqlite"):
+        return  # behind only by steps that change other engines (e.g. 0030a): as at head
     if at is not None and at > head:
         raise SchemaTooNewError(
             f"{path} has schema revision {at}, newer than this hermes_store knows ({head}); "

@@ -26,6 +26,7 @@ from .... import errors, telegram_schema
 from ....connections import BEGIN_MODE, autocommit, writer
 from ....migrate.scripts import head, read_only_command, significant_only
 from ....migrate.topics import include_telegram_topics_name, write_telegram_topic_meta
+from ....revisions import upstream_version
 from ..engine import checkpoint, create_engine
 from ..errors import sqlite_errors
 from ..files.ops import create_private_file, migration_lock
@@ -60,7 +61,7 @@ def record_schema_version(ctx, step, heads, run_args) -> None:
     if not destination:
         conn.exec_driver_sql("DELETE FROM schema_version")
         return
-    version = int(destination[0])
+    version = upstream_version(destination[0])
     if not conn.exec_driver_sql("UPDATE schema_version SET version = ?", (version,)).rowcount:
         conn.exec_driver_sql("INSERT INTO schema_version (version) VALUES (?)", (version,))
     progress = ctx.config.attributes.get("progress") if ctx.config is not None else None

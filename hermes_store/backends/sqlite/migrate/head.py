@@ -10,11 +10,12 @@ import functools
 import os
 import re
 
-from ....revisions import head
+from ....revisions import head, upstream_version
+from ..files.uri import file_uri
+
 #: the package's SQLite library (library.py), never `import sqlite3`: one copy of SQLite
 #: per process
 from ..library import SQLITE as sqlite3
-from ..files.uri import file_uri
 
 
 @functools.cache
@@ -45,7 +46,7 @@ def stamped_at_head(path: str | os.PathLike) -> bool:
     finally:
         conn.close()
     newest = head()
-    return (stamps == [(newest,)] and versions == [(int(newest),)]
+    return (stamps == [(newest,)] and versions == [(upstream_version(newest),)]
             and head_indexes() <= {name for name, in indexes})
 
 

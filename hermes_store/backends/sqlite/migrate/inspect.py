@@ -17,15 +17,16 @@ from alembic.script import ScriptDirectory
 
 from .... import errors
 from ....migrate.scripts import scripts
+from ....revisions import is_newer, upstream_version
 from ...facets import StoreState
 from ..errors import sqlite_errors
+from ..files.uri import file_uri
 from ..library import SQLITE as sqlite3  # the package's library, never `import sqlite3`
 from ..library import integrity_problems
-from ..files.uri import file_uri
 
 
 def _head_number(scripts: ScriptDirectory) -> int:
-    return int(scripts.get_current_head())
+    return upstream_version(scripts.get_current_head())
 
 
 def classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where: object):
@@ -60,13 +61,13 @@ def classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where:
         try:
             scripts.get_revision(revision)
         except Exception:
-            if revision.isdigit() and int(revision) > newest:
+            if is_newer(revision, scripts.get_current_head()):
                 raise too_new(where, f"revision {revision}", newest) from None
             raise errors.SchemaError(
                 f"{where}: stamped with revision {revision!r}, which this package does not "
                 "know; it was migrated by a different tool"
             ) from None
-        if version is not None and revision.isdigit() and version < int(revision):
+        if version is not None and version < (upstream_version(revision) or 0):
             # upstream's version table says the data steps after `version` have not run
             # on these rows: the file is at that version, and an upgrade replays the
             # revisions above it (adopt.py)
