@@ -6,7 +6,9 @@ loading every revision script (and Mako and Pygments on the way: docs/performanc
 ``migrations/versions/00NN_<slug>.py`` (decision D2; the house rules in
 ``tests/migrations/test_revision_rules.py`` hold every file to it), so head is the
 highest id there, and the database's stamp is one row of ``alembic_version`` (each
-backend reads it: each engine's ``migrate/head.py``).
+backend reads it: each engine's ``migrate/head.py``). Anything but a clean "at head"
+goes to ``hermes_store.migrate`` (Alembic), which adopts, upgrades or refuses the
+database.
 
 The id names the upstream schema version a revision leaves in ``schema_version``:
 ``0030`` is upstream's version 30. A step of the store's own that is no upstream
@@ -15,8 +17,6 @@ version (a fix to how one engine represents version N) takes N's id and a letter
 is still ``0031`` and upstream reading the file sees the version it wrote
 (docs/migrations.md, "The store's own steps"). Ids in this form sort in chain order
 as strings.
-Anything but a clean "at head" goes to ``hermes_store.migrate`` (Alembic), which
-adopts, upgrades or refuses the database.
 """
 
 from __future__ import annotations
