@@ -24,8 +24,9 @@ otherwise than SQLite:
   as the repository's ``json_text`` does in queries.
 
 The rows these change are recomputed in the same transaction: tool rows holding the
-escape character (``UPDATE … SET content = content`` recomputes the stored generated
-``fts_document``; the display trigger only fires when the content differs), and the
+escape character in their first 8,192 characters (``UPDATE … SET content = content``
+recomputes the stored generated ``fts_document``; the display trigger only fires when
+the content differs), and the
 scope flag of messages in sessions whose ``model_config`` holds the escape character
 or a ``\\u000`` escape.
 
@@ -85,7 +86,9 @@ _MODEL_CONFIG_AS_SQLITE = (
 
 #: the rows whose index entries the two functions may now compute otherwise
 _RECOMPUTE = [
-    "UPDATE messages SET content = content WHERE role = 'tool' AND strpos(content, E'\\x01') > 0",
+    # only the first 8,192 characters decide (PostgreSQL reads no more of a long value)
+    "UPDATE messages SET content = content "
+    "WHERE role = 'tool' AND strpos(left(content, 8192), E'\\x01') > 0",
     """UPDATE messages AS m
 SET fts_trigram_scope = (m.role <> 'tool' AND hermes_trigram_session_ok(s.source, s.model_config))
 FROM sessions AS s
