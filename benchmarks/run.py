@@ -27,12 +27,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, Row, _fmt, add_arguments, format_markdown, format_rows, machine  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS,
+    Row,
+    _fmt,
+    add_arguments,
+    format_markdown,
+    format_rows,
+    machine,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 #: cheap first: building the stores is shared through the cache
-ORDER = ("size", "append", "batch", "search", "read", "coldstart", "create", "export",
-         "adoption", "pg_writers", "pg_search", "pg_turns", "agent_hook")
+ORDER = ("size", "append", "session_writes", "batch", "search", "read", "coldstart", "create",
+         "export", "adoption", "pg_writers", "pg_search", "pg_turns", "agent_hook")
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Session-metadata writes, one per call (what an agent writes on a live session).
+
+* ``update_session_meta(session_id, model_config_json)`` — two model_config texts in
+  turn, so every call changes the row;
+* the same, moving the session into and out of a delegate run (``{"_delegate_from":
+  "parent"}`` and ``{}`` in turn): on ours each call moves the session's messages into
+  or out of the substring (trigram) index, the expensive case; upstream's index
+  triggers are on ``messages`` only, so its call stays one UPDATE;
+* ``set_session_title(session_id, title)`` — a fresh, unique title every call;
+* ``update_token_counts(session_id, …)`` — one API call's usage added (small
+  increments, the arguments the agent's conversation loop passes: tokens, cost, billing
+  route, model, ``api_call_count=1``).
+
+All three calls exist in upstream 0.19.0 with the same signature; none is left out.
+Each case runs on a session of its own holding the same 20 messages (a third of the
+turns call tools), written untimed through each side's own ``append_message``, in a
+10k-message store and in the big store (1M with ``--sizes full``, 100k with ``small``);
+each side works on its own copy of the same store. Per round each side makes the same
+100 calls, call by call in turn (who goes first rotates each call). The floor replays
+the SQL ours sent, recorded call by call in an untimed pass on a scratch copy (every
+call's SQL depends only on the session's state, which runs through the same values on
+the floor's copy); after the calls the three sides' session rows must agree. Reported:
+the median over rounds of the per-call median (p50), p95 and mean (the mean carries the
+periodic WAL checkpoints), and the calling thread's CPU time per call (the fsync wait
+drops out, leaving the cost of the Python layers).
+
+Targets: ours ≤ 1.0× upstream 0.19.0 and ≤ 1.3× the raw floor.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _stores  # noqa: E402
+import _upstream  # noqa: E402
+from _common import Samples, human, log, main_for  # noqa: E402
+from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
+from _workload import Generator  # noqa: E402
+
+NAME = "session_writes"
+CALLS_PER_ROUND = 100
+WARMUP = 20
+SESSION = "bench_session_writes"
+SESSION_MESSAGES = 20
+
+META = ('{"note": "a", "n": 1}', '{"note": "b", "n": 2}')
+DELEGATE = ('{"_delegate_from": "parent"}', "{}")
+
+
+def _meta(i: int):
+    return (META[i % 2],), {}
+
+
+def _delegate(i: int):
+    return (DELEGATE[i % 2],), {}
+
+
+def _title(i: int):
+    return (f"Bench session writes title {i:06d}",), {}
+
+
+def _tokens(i: int):
+    return (), {
+        "input_tokens": 800 + i % 13, "output_tokens": 120 + i % 7,
+        "cache_read_tokens": 640, "cache_write_tokens": 0, "reasoning_tokens": 16,
+        "estimated_cost_usd": 0.0021, "cost_status": "estimated",
+        "cost_source": "official_docs_snapshot", "billing_provider": "openai",
+        "billing_base_url": "https://api.openai.com/v1", "model": "gpt-5",
+        "api_call_count": 1,
+    }
+
+
+#: (case, key, method, arguments of call i after the session id)
+CASES = (
+    ("update_session_meta", "meta", "update_session_meta", _meta),
+    ("update_session_meta, in/out of a delegate run", "delegate", "update_session_meta", _delegate),
+    ("set_session_title", "title", "set_session_title", _title),
+    ("update_token_counts", "tokens", "update_token_counts", _tokens),
+)
+
+#: the session row's columns the sides must agree on after the calls
+CHECKED = ("model_config", "title", "input_tokens", "output_tokens", "cache_read_tokens",
+           "reasoning_tokens", "api_call_count", "billing_provider")
+
+
+def session_messages() -> list[dict]:
+    gen = Generator(10_000, seed=31)
+    msgs: list[dict] = []
+    while len(msgs) < SESSION_MESSAGES:
+        msgs.extend(gen.turn())
+    return msgs[:SESSION_MESSAGES]
+
+
+def write_session(db, sid: str, msgs: list[dict]) -> None:
+    db.create_session(sid, "cli", model="gpt-5")
+    for m in msgs:
+        db.append_message(sid, **m)
+
+
+def _row(get) -> tuple:
+    row = get()
+    return tuple(_norm(row[c]) for c in CHECKED)
+
+
+def _norm(v):
+    if isinstance(v, str) and v[:1] in "{[":
+        return json.loads(v)  # JSON text: compare the value, not its spacing
+    return v
+
+
+def _sizes(args) -> list[int]:
+    # as bench_append: the 10k store and the big one (1M with full, 100k with small)
+    return [args.size_list[0], args.size_list[-1]]
+
+
+def run(args, report) -> None:
+    from hermes_store import SessionDB
+
+    rounds = args.rounds
+    n_calls = CALLS_PER_ROUND
+    total = WARMUP + rounds * n_calls
+    msgs = session_messages()
+    for n in _sizes(args):
+        work = args.workdir / f"session-writes-{human(n)}"
+        head = _stores.store("head", n, log=lambda m: log(args, m))
+        ours_path = _stores.working_copy(head, work, "ours.db")
+        capture_path = _stores.working_copy(head, work, "capture.db")
+        floor_path = _stores.working_copy(head, work, "floor.db")
+        up = None
+        if not args.no_upstream:
+            hs = _upstream.load(args.workdir / "upstream-home")
+            up_path = _stores.working_copy(_stores.store("upstream", n, log=lambda m: log(args, m)),
+                                           work, "upstream.db")
+            up = hs.SessionDB(up_path)
+
+        for case_name, key, method, call_args in CASES:
+            sid = f"{SESSION}_{key}"
+            calls = [call_args(i) for i in range(total)]
+
+            # Untimed pass on a scratch copy: record the SQL our call sends, per call.
+            cap = SessionDB(capture_path)
+            write_session(cap, sid, msgs)
+            rec = Recorder(engine_of(cap))
+            cap_fn = getattr(cap, method)
+            for a, kw in calls:
+                with rec.call():
+                    cap_fn(sid, *a, **kw)
+            rec.close()
+            cap.close()
+            per_call = sorted(statements(c) for c in rec.calls)
+            floor_setup = SessionDB(floor_path)
+            write_session(floor_setup, sid, msgs)
+            floor_setup.close()
+
+            ours = SessionDB(ours_path)
+            write_session(ours, sid, msgs)
+            floor = Floor(floor_path)
+            if up is not None:
+                write_session(up, sid, msgs)
+            ours_fn = getattr(ours, method)
+            up_fn = getattr(up, method) if up is not None else None
+
+            def do_ours(i):
+                a, kw = calls[i]
+                ours_fn(sid, *a, **kw)
+
+            def do_floor(i):
+                floor.replay(rec.calls[i])
+
+            def do_up(i):
+                a, kw = calls[i]
+                up_fn(sid, *a, **kw)
+
+            sides = {"ours": (do_ours, Samples()), "floor": (do_floor, Samples())}
+            if up is not None:
+                sides["upstream"] = (do_up, Samples())
+            for i in range(WARMUP):
+                for fn, _ in sides.values():
+                    fn(i)
+            # Calls interleave side by side (rotating who goes first), so disk and
+            # page-cache drift during the run lands on every side alike.
+            names = list(sides)
+            cpu = {name: Samples() for name in names}
+            wall_clock, cpu_clock = time.perf_counter, time.thread_time
+            for r in range(rounds):
+                sinks = {name: sides[name][1].new_round() for name in names}
+                cpu_sinks = {name: cpu[name].new_round() for name in names}
+                base = WARMUP + r * n_calls
+                for i in range(base, base + n_calls):
+                    k = i % len(names)
+                    for name in names[k:] + names[:k]:
+                        fn = sides[name][0]
+                        c0, t0 = cpu_clock(), wall_clock()
+                        fn(i)
+                        sinks[name].append(wall_clock() - t0)
+                        cpu_sinks[name].append(cpu_clock() - c0)
+            res = {k: s.summary() for k, (_, s) in sides.items()}
+
+            # The sides did the same work: the session rows agree after the calls.
+            ours_row = _row(lambda: ours.get_session(sid))
+            floor.conn.row_factory = _stores.sqlite3.Row
+            floor_row = _row(lambda: floor.conn.execute(
+                "SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
+            floor.conn.row_factory = None
+            if floor_row != ours_row:
+                raise RuntimeError(f"{case_name}: the floor's row {floor_row} is not ours {ours_row}")
+            if up is not None:
+                up_row = _row(lambda: up.get_session(sid))
+                if up_row != ours_row:
+                    raise RuntimeError(f"{case_name}: upstream's row {up_row} is not ours {ours_row}")
+            ours.close()
+            floor.close()
+
+            g = lambda side, stat: (res[side][stat] * 1e6) if side in res else None  # noqa: E731
+            case = f"{case_name}, {human(n)} store"
+            o, f, u = g("ours", "p50"), g("floor", "p50"), g("upstream", "p50")
+            met = (u is None or o <= u * 1.0) and o <= f * 1.3
+            report.add(NAME, case, "per call p50", "µs", o, f, u,
+                       target="≤1.0× upstream, ≤1.3× floor", met=met,
+                       statements_per_call=[per_call[0], per_call[-1]], summaries=res)
+            report.add(NAME, case, "per call mean", "µs", g("ours", "mean"), g("floor", "mean"),
+                       g("upstream", "mean"))
+            report.add(NAME, case, "per call p95", "µs", g("ours", "p95"), g("floor", "p95"),
+                       g("upstream", "p95"))
+            # CPU time of the calling thread: the fsync wait drops out, leaving what the
+            # Python layers (ours: SQLAlchemy + repository; upstream: its own) cost.
+            c = {k: v.summary()["p50"] * 1e6 for k, v in cpu.items()}
+            report.add(NAME, case, "CPU per call p50", "µs", c["ours"], c["floor"], c.get("upstream"))
+        if up is not None:
+            up.close()
+        for p in work.glob("*"):
+            p.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main_for(NAME, __doc__.split("\n")[1], run))
