@@ -209,7 +209,7 @@ class GatewayMixin(RepositoryBase):
         if origin_json is not None:
             values["origin_json"] = origin_json
         stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: update_scoped(conn, session_id, stmt),
+        self._write(lambda conn: update_scoped(conn, session_id, lambda c: c.execute(stmt)),
                     locks=unit_locks.sessions(session_id))
 
     def find_latest_gateway_session_for_peer(

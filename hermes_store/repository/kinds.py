@@ -17,6 +17,7 @@ Python time) are built once per table and reused.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable
 
 import sqlalchemy as sa
 
@@ -71,13 +72,14 @@ def is_continuation_candidate(child) -> sa.ColumnElement:
     )
 
 
-def update_scoped(conn: sa.Connection, session_id: str, statement) -> None:
-    """Run ``statement``, an UPDATE that may change the session's ``source`` or
+def update_scoped(conn: sa.Connection, session_id: str,
+                  change: Callable[[sa.Connection], object]) -> None:
+    """Run ``change(conn)``, an UPDATE that may change the session's ``source`` or
     ``model_config`` (and with them whether it is a delegate run, out of the substring
     index), with the index kept in step (``Backend.substring_scope``: SQLite's index
     triggers are on ``messages`` only)."""
     backend = backend_of(conn)
     before = backend.substring_scope(conn, session_id)
-    conn.execute(statement)
+    change(conn)
     backend.rescope_substring_index(conn, session_id, before)
 

@@ -27,6 +27,15 @@ from .system_prompts import drop_unreferenced_prompts, keeps_prompts_inline, sto
 
 S = schema.sessions
 
+#: ``update_session_meta``'s UPDATE, without and with the model (prebuilt: a turn's call)
+_WRITE_META = Prebuilt(
+    sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
+    .values(model_config=sa.bindparam("model_config", type_=sa.Text)))
+_WRITE_META_AND_MODEL = Prebuilt(
+    sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
+    .values(model_config=sa.bindparam("model_config", type_=sa.Text),
+            model=sa.bindparam("model", type_=sa.Text)))
+
 #: creation fields an existing row only takes while its value is still NULL
 _ENRICHABLE = (
     "model", "model_config", "session_key", "chat_id", "chat_type", "thread_id",
@@ -166,7 +175,7 @@ class SessionsMixin(RepositoryBase):
         if fill:
             stmt = sa.update(S).where(S.c.id == session_id).values(**fill)
             if "model_config" in fill:  # it may make the session a delegate run
-                update_scoped(conn, session_id, stmt)
+                update_scoped(conn, session_id, lambda c: c.execute(stmt))
             else:
                 conn.execute(stmt)
 
@@ -275,11 +284,11 @@ class SessionsMixin(RepositoryBase):
         self, session_id: str, model_config_json: str, model: str | None = None
     ) -> None:
         """Overwrite ``model_config`` (JSON text); the model only when given."""
-        values: dict[str, Any] = {"model_config": model_config_json}
-        if model is not None:
-            values["model"] = model
-        stmt = sa.update(S).where(S.c.id == session_id).values(**values)
-        self._write(lambda conn: update_scoped(conn, session_id, stmt),
+        statement = _WRITE_META if model is None else _WRITE_META_AND_MODEL
+        values = {"meta_session": session_id, "model_config": model_config_json,
+                  "model": model}
+        self._write(lambda conn: update_scoped(conn, session_id,
+                                               lambda c: statement.execute(c, values)),
                     locks=unit_locks.sessions(session_id))
 
     def update_session_billing_route(

@@ -19,10 +19,22 @@ from . import kinds
 from ..units import hold
 from .base import RepositoryBase
 from ..sql.constructs import like_nocase
+from ..sql.prebuilt import Prebuilt
 from .rows import row_dict, session_columns
 from ..sql.values import LIKE_ESCAPE, like_prefix, scrub_surrogates
 
 S = schema.sessions
+
+# A title is written on a live session's turn: its statements are prebuilt.
+_CLAIMANT = sa.bindparam("claimant", type_=sa.Text)
+_CLAIMED = sa.bindparam("claimed", type_=sa.Text)
+#: another session already holding the title claimed
+_TITLE_HOLDER = Prebuilt(sa.select(S.c.id).where(S.c.title == _CLAIMED, S.c.id != _CLAIMANT)
+                         .limit(1))
+_CURRENT_TITLE = Prebuilt(sa.select(S.c.title).where(S.c.id == _CLAIMANT))
+_WRITE_TITLE = Prebuilt(sa.update(S).where(S.c.id == _CLAIMANT).values(title=_CLAIMED))
+_WRITE_TITLE_IF_EMPTY = Prebuilt(sa.update(S).where(S.c.id == _CLAIMANT, S.c.title.is_(None))
+                                 .values(title=_CLAIMED))
 
 MAX_TITLE_LENGTH = 100
 
@@ -92,18 +104,15 @@ class TitlesMixin(RepositoryBase):
 
     def _set_title(self, session_id: str, title: str | None, *, only_if_empty: bool) -> bool:
         clean = sanitize_title(title)
+        claim = {"claimant": session_id, "claimed": clean}
 
         def unit(conn: sa.Connection) -> int:
             if only_if_empty:
-                current = conn.execute(
-                    sa.select(S.c.title).where(S.c.id == session_id)
-                ).first()
-                if current is None or current.title is not None:
+                current = _CURRENT_TITLE.rows(conn, claim)
+                if not current or current[0][0] is not None:
                     return 0
             if clean:
-                holder = conn.execute(
-                    sa.select(S.c.id).where(S.c.title == clean, S.c.id != session_id).limit(1)
-                ).scalar()
+                holder = _TITLE_HOLDER.scalar(conn, claim)
                 if holder is not None:
                     if not is_compression_ancestor(conn, holder, session_id):
                         raise TitleError(
@@ -115,10 +124,8 @@ class TitlesMixin(RepositoryBase):
                     hold(conn, unit_locks.sessions(holder))
                     conn.execute(sa.update(S).where(S.c.id == holder, S.c.title == clean)
                                  .values(title=None))
-            stmt = sa.update(S).where(S.c.id == session_id)
-            if only_if_empty:
-                stmt = stmt.where(S.c.title.is_(None))
-            return conn.execute(stmt.values(title=clean)).rowcount
+            written = _WRITE_TITLE_IF_EMPTY if only_if_empty else _WRITE_TITLE
+            return written.execute(conn, claim).rowcount
 
         # the session, and the title it claims (unique: claims of one title queue)
         return self._write(unit, locks=unit_locks.sessions(session_id)
