@@ -67,6 +67,7 @@ import logging
 
 from sqlalchemy.engine import Connection
 
+from ....driver import driver_execute
 from ....fts.layout import (
     FTS_STALE_KEY,
     FTS_TABLE,
@@ -395,9 +396,9 @@ def cjk_tokenizer_available(conn: Connection, tokenizer: str = CJK_TOKENIZER) ->
 
 
 def schema_object_exists(conn: Connection, kind: str, name: str) -> bool:
-    return conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)
-    ).first() is not None
+    # on the driver: a unit that moves a session in the trigram index asks it (scope.py)
+    return bool(driver_execute(conn, "SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?",
+                               (kind, name), fetch_all=True))
 
 
 def _meta(conn: Connection, key: str) -> str | None:

@@ -23,6 +23,10 @@ from .ddl import TRIGRAM_TABLE, base_gate, schema_object_exists, trigram_session
 _KEEPER = "messages_fts_trigram_insert"
 _ADMITTED = f"SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ? AND {trigram_session_predicate()})"
 _ROWS = f"FROM messages AS m WHERE m.session_id = ? AND m.role <> 'tool' AND {base_gate('m')}"
+#: the session's rows out of the index (FTS5's 'delete', with the values it indexed), in
+_LEAVE = (f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content, tool_name) "
+          f"SELECT 'delete', m.id, m.content, m.tool_name {_ROWS}")
+_JOIN = f"INSERT INTO {TRIGRAM_TABLE}(rowid, content, tool_name) SELECT m.id, m.content, m.tool_name {_ROWS}"
 
 
 def in_scope(conn: Connection, session_id: str) -> bool:
@@ -39,14 +43,7 @@ def rescope(conn: Connection, session_id: str, before: bool) -> None:
         return  # the usual case: the change left the session where it was
     if not schema_object_exists(conn, "trigger", _KEEPER):
         return
-    if before:
-        conn.exec_driver_sql(
-            f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content, tool_name) "
-            f"SELECT 'delete', m.id, m.content, m.tool_name {_ROWS}", (session_id,))
-    else:
-        conn.exec_driver_sql(
-            f"INSERT INTO {TRIGRAM_TABLE}(rowid, content, tool_name) "
-            f"SELECT m.id, m.content, m.tool_name {_ROWS}", (session_id,))
+    driver_execute(conn, _LEAVE if before else _JOIN, (session_id,))
 
 
 __all__ = ["in_scope", "rescope"]
