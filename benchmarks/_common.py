@@ -117,6 +117,53 @@ class Samples:
         }
 
 
+def calls_in_turn(sides: dict[str, Callable[[int], object]], *, warmup: int, rounds: int,
+                  per_round: int) -> tuple[dict[str, dict], dict[str, Samples]]:
+    """Call ``i`` of every side in turn, who goes first rotating with each call, so that
+    disk and page-cache drift during the run lands on every side alike: calls 0 to
+    ``warmup`` untimed, then ``rounds`` rounds of ``per_round`` calls. Returns each
+    side's wall-clock summary and its calling thread's CPU samples."""
+    for i in range(warmup):
+        for fn in sides.values():
+            fn(i)
+    names = list(sides)
+    wall = {name: Samples() for name in names}
+    cpu = {name: Samples() for name in names}
+    wall_clock, cpu_clock = time.perf_counter, time.thread_time
+    for r in range(rounds):
+        sinks = {name: wall[name].new_round() for name in names}
+        cpu_sinks = {name: cpu[name].new_round() for name in names}
+        base = warmup + r * per_round
+        for i in range(base, base + per_round):
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                fn = sides[name]
+                c0, t0 = cpu_clock(), wall_clock()
+                fn(i)
+                sinks[name].append(wall_clock() - t0)
+                cpu_sinks[name].append(cpu_clock() - c0)
+    return {name: s.summary() for name, s in wall.items()}, cpu
+
+
+def report_per_call(report, name: str, case: str, res: dict[str, dict],
+                    cpu: dict[str, Samples], **facts) -> None:
+    """The rows of a per-call write benchmark (ours, floor, upstream): p50 against the
+    targets ≤ 1.0× upstream and ≤ 1.3× the floor, mean, p95 and CPU p50."""
+    g = lambda side, stat: (res[side][stat] * 1e6) if side in res else None  # noqa: E731
+    o, f, u = g("ours", "p50"), g("floor", "p50"), g("upstream", "p50")
+    met = (u is None or o <= u * 1.0) and o <= f * 1.3
+    report.add(name, case, "per call p50", "µs", o, f, u,
+               target="≤1.0× upstream, ≤1.3× floor", met=met, summaries=res, **facts)
+    report.add(name, case, "per call mean", "µs", g("ours", "mean"), g("floor", "mean"),
+               g("upstream", "mean"))
+    report.add(name, case, "per call p95", "µs", g("ours", "p95"), g("floor", "p95"),
+               g("upstream", "p95"))
+    # CPU time of the calling thread: the fsync wait drops out, leaving what the
+    # Python layers (ours: SQLAlchemy + repository; upstream: its own) cost.
+    c = {k: v.summary()["p50"] * 1e6 for k, v in cpu.items()}
+    report.add(name, case, "CPU per call p50", "µs", c["ours"], c["floor"], c.get("upstream"))
+
+
 def timed(fn: Callable[[], object], sink: list[float]) -> object:
     t0 = time.perf_counter()
     out = fn()

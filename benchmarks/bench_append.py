@@ -15,14 +15,13 @@ Targets: ours ≤ 1.0× upstream 0.19.0 and ≤ 1.3× the raw floor.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import Samples, human, log, main_for  # noqa: E402
+from _common import calls_in_turn, human, log, main_for, report_per_call  # noqa: E402
 from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 from _workload import Generator  # noqa: E402
 
@@ -103,47 +102,14 @@ def run(args, report) -> None:
             def do_up(i):
                 up.append_message(sid, **msgs[i])
 
-            sides = {"ours": (do_ours, Samples()), "floor": (do_floor, Samples())}
+            sides = {"ours": do_ours, "floor": do_floor}
             if up is not None:
-                sides["upstream"] = (do_up, Samples())
-            for i in range(WARMUP):
-                for fn, _ in sides.values():
-                    fn(i)
-            # Calls interleave side by side (rotating who goes first), so disk and
-            # page-cache drift during the run lands on every side alike.
-            names = list(sides)
-            cpu = {name: Samples() for name in names}
-            wall_clock, cpu_clock = time.perf_counter, time.thread_time
-            for r in range(rounds):
-                sinks = {name: sides[name][1].new_round() for name in names}
-                cpu_sinks = {name: cpu[name].new_round() for name in names}
-                base = WARMUP + r * n_calls
-                for i in range(base, base + n_calls):
-                    k = i % len(names)
-                    for name in names[k:] + names[:k]:
-                        fn = sides[name][0]
-                        c0, t0 = cpu_clock(), wall_clock()
-                        fn(i)
-                        sinks[name].append(wall_clock() - t0)
-                        cpu_sinks[name].append(cpu_clock() - c0)
-            res = {k: s.summary() for k, (_, s) in sides.items()}
+                sides["upstream"] = do_up
+            res, cpu = calls_in_turn(sides, warmup=WARMUP, rounds=rounds, per_round=n_calls)
             ours.close()
             floor.close()
-            g = lambda side, stat: (res[side][stat] * 1e6) if side in res else None  # noqa: E731
-            case = f"{kind}, {human(n)} store"
-            o, f, u = g("ours", "p50"), g("floor", "p50"), g("upstream", "p50")
-            met = (u is None or o <= u * 1.0) and o <= f * 1.3
-            report.add(NAME, case, "per call p50", "µs", o, f, u,
-                       target="≤1.0× upstream, ≤1.3× floor", met=met,
-                       statements_per_call=[per_call[0], per_call[-1]], summaries=res)
-            report.add(NAME, case, "per call mean", "µs", g("ours", "mean"), g("floor", "mean"),
-                       g("upstream", "mean"))
-            report.add(NAME, case, "per call p95", "µs", g("ours", "p95"), g("floor", "p95"),
-                       g("upstream", "p95"))
-            # CPU time of the calling thread: the fsync wait drops out, leaving what the
-            # Python layers (ours: SQLAlchemy + repository; upstream: its own) cost.
-            c = {k: v.summary()["p50"] * 1e6 for k, v in cpu.items()}
-            report.add(NAME, case, "CPU per call p50", "µs", c["ours"], c["floor"], c.get("upstream"))
+            report_per_call(report, NAME, f"{kind}, {human(n)} store", res, cpu,
+                            statements_per_call=[per_call[0], per_call[-1]])
         if up is not None:
             up.close()
         for p in work.glob("*"):
