@@ -27,6 +27,15 @@ from .system_prompts import drop_unreferenced_prompts, keeps_prompts_inline, sto
 
 S = schema.sessions
 
+_SID = sa.bindparam("sid", type_=sa.Text)
+#: a session's end (its first reason kept), reopening, a model switch (prebuilt: a
+#: session's life calls them)
+_END = Prebuilt(sa.update(S).where(S.c.id == _SID, S.c.ended_at.is_(None)).values(
+    ended_at=sa.bindparam("ended_at", type_=sa.Float),
+    end_reason=sa.bindparam("end_reason", type_=sa.Text)))
+_REOPEN = Prebuilt(sa.update(S).where(S.c.id == _SID).values(ended_at=None, end_reason=None))
+_WRITE_MODEL = Prebuilt(sa.update(S).where(S.c.id == _SID).values(
+    model=sa.bindparam("model", type_=sa.Text)))
 #: ``update_session_meta``'s UPDATE, without and with the model (prebuilt: a turn's call)
 _WRITE_META = Prebuilt(
     sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
@@ -49,6 +58,17 @@ _SESSION_ROW = Prebuilt(
     sa.select(*session_columns()).where(S.c.id == sa.bindparam("sid", type_=sa.Text))
 )
 _SESSION_ID = Prebuilt(sa.select(S.c.id).where(S.c.id == sa.bindparam("sid", type_=sa.Text)))
+#: what ``create_session`` reads of an existing row, and its INSERT of a new one (every
+#: new session pays them)
+_EXISTING = Prebuilt(
+    sa.select(S.c.id, S.c.system_prompt, S.c.system_prompt_hash,
+              *[S.c[name] for name in _ENRICHABLE])
+    .where(S.c.id == sa.bindparam("sid", type_=sa.Text))
+)
+_INSERT_SESSION = Prebuilt(sa.insert(S), column_keys=(
+    "id", "source", "started_at", "model", "model_config", "system_prompt", "user_id",
+    "session_key", "chat_id", "chat_type", "thread_id", "parent_session_id", "cwd",
+    "profile_name", "system_prompt_hash"))
 _IDS_WITH_PREFIX = Prebuilt(
     sa.select(S.c.id)
     .where(like_nocase(S.c.id, sa.bindparam("pattern", type_=sa.Text), escape=LIKE_ESCAPE))
@@ -140,13 +160,11 @@ class SessionsMixin(RepositoryBase):
         if not session_id or not isinstance(session_id, str):
             raise InvalidArgumentError("session_id must be a non-empty string")
         fields = {k: scrub_surrogates(v) for k, v in fields.items()}
-        existing = conn.execute(
-            sa.select(S.c.id, S.c.system_prompt, S.c.system_prompt_hash,
-                      *[S.c[name] for name in _ENRICHABLE]).where(S.c.id == session_id)
-        ).first()
+        found = _EXISTING.rows(conn, {"sid": session_id})
+        existing = dict(zip(_EXISTING.keys, found[0])) if found else None
         parent = fields.get("parent_session_id")
-        if parent and (existing is None or existing.parent_session_id is None):
-            if conn.execute(sa.select(S.c.id).where(S.c.id == parent)).first() is None:
+        if parent and (existing is None or existing["parent_session_id"] is None):
+            if _SESSION_ID.scalar(conn, {"sid": parent}) is None:
                 raise SessionNotFoundError(parent)
         prompt = fields.pop("system_prompt")
         if existing is None:
@@ -155,20 +173,21 @@ class SessionsMixin(RepositoryBase):
                     "source is required to create a session (e.g. 'cli', 'telegram')"
                 )
             row = {"id": session_id, "source": scrub_surrogates(source),
-                   "started_at": time.time(), **fields}
+                   "started_at": time.time(), **fields,
+                   "system_prompt": None, "system_prompt_hash": None}
             if prompt is not None:  # "" is a prompt too; only None means none
                 row["system_prompt_hash"] = store_prompt(conn, prompt)
                 if self._inline_prompts(conn):
                     row["system_prompt"] = prompt
-            conn.execute(sa.insert(S).values(**row))
+            _INSERT_SESSION.execute(conn, row)
             return
         fill = {
             name: fields[name]
             for name in _ENRICHABLE
-            if fields.get(name) is not None and getattr(existing, name) is None
+            if fields.get(name) is not None and existing[name] is None
         }
-        if (prompt is not None and existing.system_prompt is None
-                and existing.system_prompt_hash is None):
+        if (prompt is not None and existing["system_prompt"] is None
+                and existing["system_prompt_hash"] is None):
             fill["system_prompt_hash"] = store_prompt(conn, prompt)
             if self._inline_prompts(conn):
                 fill["system_prompt"] = prompt
@@ -218,17 +237,14 @@ class SessionsMixin(RepositoryBase):
 
     def end_session(self, session_id: str, end_reason: str | None) -> None:
         """Mark the session ended; an already ended session keeps its first reason."""
-        stmt = (
-            sa.update(S)
-            .where(S.c.id == session_id, S.c.ended_at.is_(None))
-            .values(ended_at=time.time(), end_reason=end_reason)
-        )
-        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
+        values = {"sid": session_id, "ended_at": time.time(), "end_reason": end_reason}
+        self._write(lambda conn: _END.execute(conn, values), locks=unit_locks.sessions(session_id))
 
     def reopen_session(self, session_id: str) -> None:
         """Clear ``ended_at``/``end_reason`` so the session can be resumed (and ended again)."""
-        stmt = sa.update(S).where(S.c.id == session_id).values(ended_at=None, end_reason=None)
-        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
+        values = {"sid": session_id}
+        self._write(lambda conn: _REOPEN.execute(conn, values),
+                    locks=unit_locks.sessions(session_id))
 
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
         """End a live (or accidentally closed) session as a deliberate reset.
@@ -277,8 +293,9 @@ class SessionsMixin(RepositoryBase):
 
     def update_session_model(self, session_id: str, model: str) -> None:
         """Overwrite the model (a mid-session ``/model`` switch)."""
-        stmt = sa.update(S).where(S.c.id == session_id).values(model=model)
-        self._write(lambda conn: conn.execute(stmt), locks=unit_locks.sessions(session_id))
+        values = {"sid": session_id, "model": model}
+        self._write(lambda conn: _WRITE_MODEL.execute(conn, values),
+                    locks=unit_locks.sessions(session_id))
 
     def update_session_meta(
         self, session_id: str, model_config_json: str, model: str | None = None
