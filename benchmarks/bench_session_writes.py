@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Session-metadata writes, one per call (what an agent writes on a live session).
+"""Session writes besides appends, one per call (what an agent writes on a session).
 
 * ``update_session_meta(session_id, model_config_json)`` — two model_config texts in
   turn, so every call changes the row;
@@ -10,9 +10,12 @@
 * ``set_session_title(session_id, title)`` — a fresh, unique title every call;
 * ``update_token_counts(session_id, …)`` — one API call's usage added (small
   increments, the arguments the agent's conversation loop passes: tokens, cost, billing
-  route, model, ``api_call_count=1``).
+  route, model, ``api_call_count=1``);
+* ``end_session(session_id, "user_exit")`` and ``reopen_session(session_id)`` in turn;
+* ``create_session(new_id, "cli", model=…)`` — a new session every call (the session's
+  own start, which every conversation and gateway chat pays once).
 
-All three calls exist in upstream 0.19.0 with the same signature; none is left out.
+Every call exists in upstream 0.19.0 with the same signature; none is left out.
 Each case runs on a session of its own holding the same 20 messages (a third of the
 turns call tools), written untimed through each side's own ``append_message``, in a
 10k-message store and in the big store (1M with ``--sizes full``, 100k with ``small``);
@@ -52,20 +55,8 @@ META = ('{"note": "a", "n": 1}', '{"note": "b", "n": 2}')
 DELEGATE = ('{"_delegate_from": "parent"}', "{}")
 
 
-def _meta(i: int):
-    return (META[i % 2],), {}
-
-
-def _delegate(i: int):
-    return (DELEGATE[i % 2],), {}
-
-
-def _title(i: int):
-    return (f"Bench session writes title {i:06d}",), {}
-
-
-def _tokens(i: int):
-    return (), {
+def _tokens(i: int) -> dict:
+    return {
         "input_tokens": 800 + i % 13, "output_tokens": 120 + i % 7,
         "cache_read_tokens": 640, "cache_write_tokens": 0, "reasoning_tokens": 16,
         "estimated_cost_usd": 0.0021, "cost_status": "estimated",
@@ -75,12 +66,25 @@ def _tokens(i: int):
     }
 
 
-#: (case, key, method, arguments of call i after the session id)
+def _end_or_reopen(db, sid: str, i: int) -> None:
+    if i % 2:
+        db.reopen_session(sid)
+    else:
+        db.end_session(sid, "user_exit")
+
+
+#: (case, key, call i of a side on the case's session)
 CASES = (
-    ("update_session_meta", "meta", "update_session_meta", _meta),
-    ("update_session_meta, in/out of a delegate run", "delegate", "update_session_meta", _delegate),
-    ("set_session_title", "title", "set_session_title", _title),
-    ("update_token_counts", "tokens", "update_token_counts", _tokens),
+    ("update_session_meta", "meta",
+     lambda db, sid, i: db.update_session_meta(sid, META[i % 2])),
+    ("update_session_meta, in/out of a delegate run", "delegate",
+     lambda db, sid, i: db.update_session_meta(sid, DELEGATE[i % 2])),
+    ("set_session_title", "title",
+     lambda db, sid, i: db.set_session_title(sid, f"Bench session writes title {i:06d}")),
+    ("update_token_counts", "tokens", lambda db, sid, i: db.update_token_counts(sid, **_tokens(i))),
+    ("end_session and reopen_session in turn", "end", _end_or_reopen),
+    ("create_session (a new session each call)", "create",
+     lambda db, sid, i: db.create_session(f"{sid}-{i:06d}", "cli", model="gpt-5")),
 )
 
 #: the session row's columns the sides must agree on after the calls
@@ -138,18 +142,16 @@ def run(args, report) -> None:
                                            work, "upstream.db")
             up = hs.SessionDB(up_path)
 
-        for case_name, key, method, call_args in CASES:
+        for case_name, key, call in CASES:
             sid = f"{SESSION}_{key}"
-            calls = [call_args(i) for i in range(total)]
 
             # Untimed pass on a scratch copy: record the SQL our call sends, per call.
             cap = SessionDB(capture_path)
             write_session(cap, sid, msgs)
             rec = Recorder(engine_of(cap))
-            cap_fn = getattr(cap, method)
-            for a, kw in calls:
+            for i in range(total):
                 with rec.call():
-                    cap_fn(sid, *a, **kw)
+                    call(cap, sid, i)
             rec.close()
             cap.close()
             per_call = sorted(statements(c) for c in rec.calls)
@@ -162,19 +164,15 @@ def run(args, report) -> None:
             floor = Floor(floor_path)
             if up is not None:
                 write_session(up, sid, msgs)
-            ours_fn = getattr(ours, method)
-            up_fn = getattr(up, method) if up is not None else None
 
             def do_ours(i):
-                a, kw = calls[i]
-                ours_fn(sid, *a, **kw)
+                call(ours, sid, i)
 
             def do_floor(i):
                 floor.replay(rec.calls[i])
 
             def do_up(i):
-                a, kw = calls[i]
-                up_fn(sid, *a, **kw)
+                call(up, sid, i)
 
             sides = {"ours": do_ours, "floor": do_floor}
             if up is not None:
