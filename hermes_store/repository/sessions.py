@@ -36,6 +36,11 @@ _END = Prebuilt(sa.update(S).where(S.c.id == _SID, S.c.ended_at.is_(None)).value
 _REOPEN = Prebuilt(sa.update(S).where(S.c.id == _SID).values(ended_at=None, end_reason=None))
 _WRITE_MODEL = Prebuilt(sa.update(S).where(S.c.id == _SID).values(
     model=sa.bindparam("model", type_=sa.Text)))
+#: ``update_system_prompt``'s read of the hash it replaces, and its UPDATE
+_PROMPT_HASH = Prebuilt(sa.select(S.c.system_prompt_hash).where(S.c.id == _SID))
+_WRITE_PROMPT = Prebuilt(sa.update(S).where(S.c.id == _SID).values(
+    system_prompt=sa.bindparam("prompt", type_=sa.Text),
+    system_prompt_hash=sa.bindparam("digest", type_=sa.Text)))
 #: ``update_session_meta``'s UPDATE, without and with the model (prebuilt: a turn's call)
 _WRITE_META = Prebuilt(
     sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
@@ -271,20 +276,14 @@ class SessionsMixin(RepositoryBase):
         prompt = scrub_surrogates(system_prompt)
 
         def unit(conn: sa.Connection) -> None:
-            old = conn.execute(
-                sa.select(S.c.system_prompt_hash).where(S.c.id == session_id)
-            ).first()
-            if old is None:
+            old = _PROMPT_HASH.rows(conn, {"sid": session_id})
+            if not old:
                 return
             digest = store_prompt(conn, prompt) if prompt is not None else None
             inline = prompt if digest is not None and self._inline_prompts(conn) else None
-            conn.execute(
-                sa.update(S)
-                .where(S.c.id == session_id)
-                .values(system_prompt=inline, system_prompt_hash=digest)
-            )
-            if old.system_prompt_hash != digest:
-                drop_unreferenced_prompts(conn, [old.system_prompt_hash])
+            _WRITE_PROMPT.execute(conn, {"sid": session_id, "prompt": inline, "digest": digest})
+            if old[0][0] != digest:
+                drop_unreferenced_prompts(conn, [old[0][0]])
 
         locks = unit_locks.sessions(session_id)
         if prompt is not None:

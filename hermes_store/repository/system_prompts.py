@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from .. import schema, unit_locks
 from ..sql.constructs import insert_for
+from ..sql.prebuilt import Prebuilt
 from ..sql.values import prompt_hash
 from ..units import hold
 
@@ -66,9 +67,29 @@ def store_prompt(conn: sa.Connection, prompt: str) -> str:
     with every unit that stores it, so no unit deletes it meanwhile."""
     digest = prompt_hash(prompt)
     hold(conn, unit_locks.prompt_users(digest))
-    stmt = insert_for(conn, P).values(hash=digest, prompt=prompt).on_conflict_do_nothing()
-    conn.execute(stmt)
+    _insert_prompt(conn).execute(conn, {"hash": digest, "prompt": prompt})
     return digest
+
+
+#: each dialect's INSERT … ON CONFLICT DO NOTHING of a prompt (prebuilt: a session's
+#: start stores its prompt)
+_INSERT_PROMPT: dict[str, Prebuilt] = {}
+
+
+def _insert_prompt(conn: sa.Connection) -> Prebuilt:
+    statement = _INSERT_PROMPT.get(conn.dialect.name)
+    if statement is None:
+        statement = _INSERT_PROMPT[conn.dialect.name] = Prebuilt(
+            insert_for(conn, P).values(hash=sa.bindparam("hash", type_=sa.Text),
+                                       prompt=sa.bindparam("prompt", type_=sa.Text))
+            .on_conflict_do_nothing())
+    return statement
+
+
+#: a prompt row deleted when no session references it any more
+_DROP_UNREFERENCED = Prebuilt(sa.delete(P).where(
+    P.c.hash == sa.bindparam("hash", type_=sa.Text),
+    ~sa.exists(sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash))))
 
 
 def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None]) -> None:
@@ -79,5 +100,5 @@ def drop_unreferenced_prompts(conn: sa.Connection, hashes: Iterable[str | None])
     # alone on each prompt: a unit that stores it waits, then finds it gone and stores
     # it again; one that stored it first has committed its reference, which this sees
     hold(conn, unit_locks.prompt_dropper(*candidates))
-    referenced = sa.select(S.c.system_prompt_hash).where(S.c.system_prompt_hash == P.c.hash)
-    conn.execute(sa.delete(P).where(P.c.hash.in_(candidates), ~sa.exists(referenced)))
+    for digest in candidates:
+        _DROP_UNREFERENCED.execute(conn, {"hash": digest})
