@@ -12,6 +12,7 @@
   increments, the arguments the agent's conversation loop passes: tokens, cost, billing
   route, model, ``api_call_count=1``);
 * ``end_session(session_id, "user_exit")`` and ``reopen_session(session_id)`` in turn;
+* ``update_system_prompt(session_id, prompt)`` — two prompts of ~3 kB in turn;
 * ``create_session(new_id, "cli", model=…)`` — a new session every call (the session's
   own start, which every conversation and gateway chat pays once).
 
@@ -53,6 +54,9 @@ SESSION_MESSAGES = 20
 
 META = ('{"note": "a", "n": 1}', '{"note": "b", "n": 2}')
 DELEGATE = ('{"_delegate_from": "parent"}', "{}")
+#: two system prompts of an agent's size (stored once each, referenced in turn)
+PROMPTS = tuple(f"You are Hermes, a helpful agent ({n}). " + "Follow the user's rules. " * 120
+                for n in ("a", "b"))
 
 
 def _tokens(i: int) -> dict:
@@ -83,6 +87,8 @@ CASES = (
      lambda db, sid, i: db.set_session_title(sid, f"Bench session writes title {i:06d}")),
     ("update_token_counts", "tokens", lambda db, sid, i: db.update_token_counts(sid, **_tokens(i))),
     ("end_session and reopen_session in turn", "end", _end_or_reopen),
+    ("update_system_prompt (two prompts in turn)", "prompt",
+     lambda db, sid, i: db.update_system_prompt(sid, PROMPTS[i % 2])),
     ("create_session (a new session each call)", "create",
      lambda db, sid, i: db.create_session(f"{sid}-{i:06d}", "cli", model="gpt-5")),
 )
