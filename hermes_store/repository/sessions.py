@@ -43,10 +43,10 @@ _WRITE_PROMPT = Prebuilt(sa.update(S).where(S.c.id == _SID).values(
     system_prompt_hash=sa.bindparam("digest", type_=sa.Text)))
 #: ``update_session_meta``'s UPDATE, without and with the model (prebuilt: a turn's call)
 _WRITE_META = Prebuilt(
-    sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
+    sa.update(S).where(S.c.id == _SID)
     .values(model_config=sa.bindparam("model_config", type_=sa.Text)))
 _WRITE_META_AND_MODEL = Prebuilt(
-    sa.update(S).where(S.c.id == sa.bindparam("meta_session", type_=sa.Text))
+    sa.update(S).where(S.c.id == _SID)
     .values(model_config=sa.bindparam("model_config", type_=sa.Text),
             model=sa.bindparam("model", type_=sa.Text)))
 
@@ -60,20 +60,23 @@ _ENRICHABLE = (
 # Read statements built once (one compile per dialect, see sql/prebuilt.py): a
 # 60-column select built per call costs SQLAlchemy more than SQLite needs to answer it.
 _SESSION_ROW = Prebuilt(
-    sa.select(*session_columns()).where(S.c.id == sa.bindparam("sid", type_=sa.Text))
+    sa.select(*session_columns()).where(S.c.id == _SID)
 )
-_SESSION_ID = Prebuilt(sa.select(S.c.id).where(S.c.id == sa.bindparam("sid", type_=sa.Text)))
-#: what ``create_session`` reads of an existing row, and its INSERT of a new one (every
-#: new session pays them)
+_SESSION_ID = Prebuilt(sa.select(S.c.id).where(S.c.id == _SID))
+#: what ``create_session`` reads of an existing row (every new session pays it)
 _EXISTING = Prebuilt(
     sa.select(S.c.id, S.c.system_prompt, S.c.system_prompt_hash,
               *[S.c[name] for name in _ENRICHABLE])
-    .where(S.c.id == sa.bindparam("sid", type_=sa.Text))
+    .where(S.c.id == _SID)
 )
-_INSERT_SESSION = Prebuilt(sa.insert(S), column_keys=(
-    "id", "source", "started_at", "model", "model_config", "system_prompt", "user_id",
-    "session_key", "chat_id", "chat_type", "thread_id", "parent_session_id", "cwd",
-    "profile_name", "system_prompt_hash"))
+
+
+@lru_cache(maxsize=4)
+def _insert_session(columns: tuple[str, ...]) -> Prebuilt:
+    """The INSERT of a new session row with these columns (``create_session``'s row)."""
+    return Prebuilt(sa.insert(S), column_keys=columns)
+
+
 _IDS_WITH_PREFIX = Prebuilt(
     sa.select(S.c.id)
     .where(like_nocase(S.c.id, sa.bindparam("pattern", type_=sa.Text), escape=LIKE_ESCAPE))
@@ -184,7 +187,7 @@ class SessionsMixin(RepositoryBase):
                 row["system_prompt_hash"] = store_prompt(conn, prompt)
                 if self._inline_prompts(conn):
                     row["system_prompt"] = prompt
-            _INSERT_SESSION.execute(conn, row)
+            _insert_session(tuple(row)).execute(conn, row)
             return
         fill = {
             name: fields[name]
@@ -301,7 +304,7 @@ class SessionsMixin(RepositoryBase):
     ) -> None:
         """Overwrite ``model_config`` (JSON text); the model only when given."""
         statement = _WRITE_META if model is None else _WRITE_META_AND_MODEL
-        values = {"meta_session": session_id, "model_config": model_config_json,
+        values = {"sid": session_id, "model_config": model_config_json,
                   "model": model}
         self._write(lambda conn: update_scoped(conn, session_id,
                                                lambda c: statement.execute(c, values)),

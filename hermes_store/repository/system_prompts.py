@@ -13,12 +13,13 @@ does, every prompt written is also kept inline (``keeps_prompts_inline``; set by
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 import sqlalchemy as sa
 
 from .. import schema, unit_locks
-from ..sql.constructs import insert_for
+from ..backends.base import backend_of
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import prompt_hash
 from ..units import hold
@@ -67,23 +68,17 @@ def store_prompt(conn: sa.Connection, prompt: str) -> str:
     with every unit that stores it, so no unit deletes it meanwhile."""
     digest = prompt_hash(prompt)
     hold(conn, unit_locks.prompt_users(digest))
-    _insert_prompt(conn).execute(conn, {"hash": digest, "prompt": prompt})
+    _insert_prompt(backend_of(conn)).execute(conn, {"hash": digest, "prompt": prompt})
     return digest
 
 
-#: each dialect's INSERT … ON CONFLICT DO NOTHING of a prompt (prebuilt: a session's
-#: start stores its prompt)
-_INSERT_PROMPT: dict[str, Prebuilt] = {}
-
-
-def _insert_prompt(conn: sa.Connection) -> Prebuilt:
-    statement = _INSERT_PROMPT.get(conn.dialect.name)
-    if statement is None:
-        statement = _INSERT_PROMPT[conn.dialect.name] = Prebuilt(
-            insert_for(conn, P).values(hash=sa.bindparam("hash", type_=sa.Text),
-                                       prompt=sa.bindparam("prompt", type_=sa.Text))
-            .on_conflict_do_nothing())
-    return statement
+@lru_cache(maxsize=4)
+def _insert_prompt(backend) -> Prebuilt:
+    """The backend's INSERT … ON CONFLICT DO NOTHING of a prompt (prebuilt: a session's
+    start stores its prompt)."""
+    return Prebuilt(backend.insert(P).values(hash=sa.bindparam("hash", type_=sa.Text),
+                                             prompt=sa.bindparam("prompt", type_=sa.Text))
+                    .on_conflict_do_nothing())
 
 
 #: a prompt row deleted when no session references it any more

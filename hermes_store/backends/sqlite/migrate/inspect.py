@@ -25,13 +25,10 @@ from ..library import SQLITE as sqlite3  # the package's library, never `import 
 from ..library import integrity_problems
 
 
-def _head_number(scripts: ScriptDirectory) -> int:
-    return upstream_version(scripts.get_current_head())
-
-
 def classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where: object):
     """Shared by the path probe and the in-transaction check: (kind, revision, version)."""
-    newest = _head_number(scripts)
+    head = scripts.get_current_head()
+    newest = upstream_version(head)  # the upstream schema version head leaves
     tables = {
         name
         for (name,) in run("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -61,7 +58,7 @@ def classify(run: Callable[[str], list[tuple]], scripts: ScriptDirectory, where:
         try:
             scripts.get_revision(revision)
         except Exception:
-            if is_newer(revision, scripts.get_current_head()):
+            if is_newer(revision, head):
                 raise too_new(where, f"revision {revision}", newest) from None
             raise errors.SchemaError(
                 f"{where}: stamped with revision {revision!r}, which this package does not "
