@@ -66,6 +66,11 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
     return args
 
 
+def smallest_and_biggest(args) -> list[int]:
+    """The 10k store and the big one (1M with ``--sizes full``, 100k with ``small``)."""
+    return [args.size_list[0], args.size_list[-1]]
+
+
 def log(args, msg: str) -> None:
     if not getattr(args, "quiet", False):
         print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

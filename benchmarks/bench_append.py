@@ -21,7 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import calls_in_turn, human, log, main_for, report_per_call  # noqa: E402
+from _common import (  # noqa: E402
+    calls_in_turn,
+    human,
+    log,
+    main_for,
+    report_per_call,
+    smallest_and_biggest,
+)
 from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 from _workload import Generator  # noqa: E402
 
@@ -44,17 +51,12 @@ def message_mix(kind: str, n: int, seed: int) -> list[dict]:
     return out[:n]
 
 
-def _sizes(args) -> list[int]:
-    # the issue asks for a 10k and a 1M store; the quick run uses 100k as the big one
-    return [args.size_list[0], args.size_list[-1]]
-
-
 def run(args, report) -> None:
     from hermes_store import SessionDB
 
     rounds = args.rounds
     n_calls = CALLS_PER_ROUND
-    for n in _sizes(args):
+    for n in smallest_and_biggest(args):
         work = args.workdir / f"append-{human(n)}"
         head = _stores.store("head", n, log=lambda m: log(args, m))
         ours_path = _stores.working_copy(head, work, "ours.db")

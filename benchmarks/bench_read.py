@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import Samples, human, interleaved, log, main_for  # noqa: E402
+from _common import Samples, human, interleaved, log, main_for, smallest_and_biggest  # noqa: E402
 from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 from _workload import Generator  # noqa: E402
 
@@ -151,7 +151,7 @@ def run_hot(args, report, n: int) -> None:
 def run(args, report) -> None:
     from hermes_store import SessionDB
 
-    for n in (args.size_list[0], args.size_list[-1]):
+    for n in smallest_and_biggest(args):
         run_hot(args, report, n)
 
     work = args.workdir / "read"

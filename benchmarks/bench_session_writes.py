@@ -42,7 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _stores  # noqa: E402
 import _upstream  # noqa: E402
-from _common import calls_in_turn, human, log, main_for, report_per_call  # noqa: E402
+from _common import (  # noqa: E402
+    calls_in_turn,
+    human,
+    log,
+    main_for,
+    report_per_call,
+    smallest_and_biggest,
+)
 from _floor import Floor, Recorder, engine_of, statements  # noqa: E402
 from _workload import Generator  # noqa: E402
 
@@ -123,11 +130,6 @@ def _norm(v):
     return v
 
 
-def _sizes(args) -> list[int]:
-    # as bench_append: the 10k store and the big one (1M with full, 100k with small)
-    return [args.size_list[0], args.size_list[-1]]
-
-
 def run(args, report) -> None:
     from hermes_store import SessionDB
 
@@ -135,7 +137,7 @@ def run(args, report) -> None:
     n_calls = CALLS_PER_ROUND
     total = WARMUP + rounds * n_calls
     msgs = session_messages()
-    for n in _sizes(args):
+    for n in smallest_and_biggest(args):
         work = args.workdir / f"session-writes-{human(n)}"
         head = _stores.store("head", n, log=lambda m: log(args, m))
         ours_path = _stores.working_copy(head, work, "ours.db")
