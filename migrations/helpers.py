@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from alembic import op
 
 
-def _scalar(sql: str, **params):
+def scalar(sql: str, **params):
+    """The first column of the first row of ``sql`` (``:name`` parameters), or None."""
     return op.get_bind().execute(sa.text(sql), params).scalar()
 
 
@@ -38,7 +39,7 @@ _PG_PROBES = {
 
 def _exists(kind: str, name: str) -> bool:
     sql = _PG_PROBES[kind] if dialect() == "postgresql" else _SQLITE_PROBE.format(kind=kind)
-    return bool(_scalar(sql, n=name))
+    return bool(scalar(sql, n=name))
 
 
 def has_table(name: str) -> bool:

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 from .. import errors, location, migrate, schema, telegram_schema
 from ..backends.base import get
 from ..location import Target
+from ..migrate.scripts import same_schema_as_head
 from .report import CopyError
 from .tables import (
     BOOKKEEPING,
@@ -120,10 +121,17 @@ def _topics_at_head(side: Side, role: str) -> bool:
 
 
 def source_state(side: Side) -> bool:
-    """Refuse a source below head; True when it holds the Telegram topic tables."""
+    """Refuse a source below head; True when it holds the Telegram topic tables.
+
+    A source stamped below head only by steps that change the other engine (a SQLite
+    file at ``0030`` or ``0030a``: ``same_schema_as_head``) has head's schema, and is
+    read as it is: a copy only reads its source."""
     head = migrate.head()
     info = side.backend.migrations.state(side.target)
-    if info.kind != "alembic" or info.revision != head:
+    if info.kind != "alembic" or not (
+            info.revision == head
+            or (info.revision is not None and info.revision < head
+                and same_schema_as_head(info.revision, side.backend.name))):
         at = {
             "empty": "has no schema",
             "upstream": f"was written by upstream Hermes (schema version {info.schema_version}) "

@@ -26,7 +26,7 @@ def test_top_level_layout_is_the_design_cards():
     for name in ("pyproject.toml", "alembic.ini", "migrations", "hermes_store", "tests", "docs"):
         assert (ROOT / name).exists(), name
     revisions = sorted(p.name.split("_")[0] for p in (ROOT / "migrations" / "versions").glob("[0-9]*.py"))
-    assert revisions == [f"{n:04d}" for n in range(1, 31)] + ["0030a"]
+    assert revisions == [f"{n:04d}" for n in range(1, 31)] + ["0030a", "0030b"]
     assert not (ROOT / "hermes_store" / "migrations").exists(), "one copy of the revisions only"
 
 

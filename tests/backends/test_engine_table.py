@@ -38,6 +38,7 @@ ONLY_ONE = {
         "outcome.py": "a COMMIT lost on the network: asking the server what became of it",
         "server.py": "what the server must offer (version, encoding, pg_trgm); VACUUM",
         "roles.py": "who may use the database: grants for a runtime role",
+        "storage.py": "how a server compresses long text (lz4); SQLite stores text as it is",
         "fts/tsquery.py": "an FTS5 expression as a tsquery (FTS5 reads its own expressions)",
     },
 }

@@ -473,6 +473,23 @@ def test_a_source_below_head_is_refused_and_nothing_is_written(pg_empty_url, tmp
     assert migrate.current(pg_empty_url) is None  # still empty
 
 
+def test_a_source_behind_only_by_the_other_engines_steps_is_copied(rich_store, pg_empty_url,
+                                                                   tmp_path):
+    # a file the previous release left at 0030 has head's schema on SQLite (0030a and
+    # 0030b change PostgreSQL only): copied as it is, and the source left untouched
+    source = private(rich_store, tmp_path, "at-0030.db")
+    with sqlite3.connect(source) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0030'")
+    digest = file_digest(source)
+    result = cli("db", "copy", source, pg_empty_url)
+    assert result.exit_code == 0, result.output
+    assert migrate.current(pg_empty_url) == migrate.head()
+    back = tmp_path / "back.db"
+    assert cli("db", "copy", pg_empty_url, back).exit_code == 0
+    assert_same_store(source, back)
+    assert file_digest(source) == digest
+
+
 def test_topic_tables_below_their_head_are_refused(head_fixtures, tmp_path):
     source = private(head_fixtures[TOPICS_FIXTURE], tmp_path)
     migrate.downgrade_telegram_topics(source, "t001")

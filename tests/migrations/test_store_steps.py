@@ -1,6 +1,6 @@
-"""The store's own steps (``0030a``): a revision after upstream's v30 that is no upstream
-version. ``schema_version`` stays upstream's, and on SQLite, whose schema it leaves as it
-is, a file still stamped ``0030`` — or written by upstream at v30 — reads as at head
+"""The store's own steps (``0030a``, ``0030b``): revisions after upstream's v30 that are no upstream
+version. ``schema_version`` stays upstream's, and on SQLite, whose schema they leave as
+it is, a file still stamped ``0030`` — or written by upstream at v30 — reads as at head
 (docs/migrations.md, "The store's own steps")."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_the_head_is_a_step_after_upstreams_30_that_keeps_its_version(tmp_path):
     path = tmp_path / "state.db"
     with SessionDB(path):
         pass
-    assert migrate.head() == alembic_revision(path) == "0030a"
+    assert migrate.head() == alembic_revision(path) == "0030b"
     assert schema_version(path) == [30]
 
 
@@ -46,7 +46,7 @@ def test_a_file_at_0030_is_read_as_at_head_and_moved_by_a_writable_open(tmp_path
 
     with SessionDB(path) as db:  # a writable open moves the stamp, nothing else
         assert db.message_count("s") == 2
-    assert alembic_revision(path) == "0030a" and schema_version(path) == [30]
+    assert alembic_revision(path) == migrate.head() and schema_version(path) == [30]
     assert schema(path) == shape
 
 

@@ -122,7 +122,7 @@ def describe(conn) -> dict:
 def schema_items(conn) -> list[str]:
     """Every schema object of the current schema as one exact line each (full DDL of
     indexes, constraints, triggers and functions; columns with position, type, NOT
-    NULL, default and generation): two databases built differently are the same
+    NULL, default, generation and compression method): two databases built differently are the same
     schema when these lists are equal."""
     return [item for (item,) in conn.execute("""
         SELECT item FROM (
@@ -131,6 +131,7 @@ def schema_items(conn) -> list[str]:
                    || format_type(a.atttypid, a.atttypmod) || ' notnull=' || a.attnotnull
                    || ' generated=' || a.attgenerated::text || ' default='
                    || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+                   || ' compression=' || a.attcompression::text
                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
                 JOIN pg_namespace n ON n.oid = c.relnamespace
                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum

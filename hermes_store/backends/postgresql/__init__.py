@@ -21,6 +21,7 @@ and PostgreSQL's own:
     locks.py          the write units' advisory lock, the migration lock
     outcome.py        what became of a unit whose COMMIT was in flight
     server.py         what the server must offer; VACUUM
+    storage.py        how the long text of messages is compressed (lz4)
     roles.py          the ``roles`` facet: grants for a runtime role
 
 Nothing here imports the SQLite backend.

@@ -54,8 +54,8 @@ def test_alembic_upgrade_head_on_an_empty_database_reaches_head(pg_server, pg_em
     assert up.returncode == 0, up.stderr
     cur = run_alembic("current", url=pg_empty_url, home=tmp_path)
     assert cur.returncode == 0, cur.stderr
-    assert cur.stdout.split()[:2] == ["0030a", "(head)"]
-    assert migrate.current(pg_empty_url) == "0030a" == migrate.head()
+    assert cur.stdout.split()[:2] == [migrate.head(), "(head)"]
+    assert migrate.current(pg_empty_url) == migrate.head()
     assert _query(pg_server, pg_empty_url, "SELECT version FROM schema_version") == [(30,)]
     assert migrate.check(pg_empty_url).ok
     assert list(tmp_path.iterdir()) == []  # no SQLite file anywhere
@@ -63,10 +63,10 @@ def test_alembic_upgrade_head_on_an_empty_database_reaches_head(pg_server, pg_em
 
 def test_the_api_reports_the_baseline_as_one_step(pg_empty_url):
     steps = []
-    assert migrate.upgrade(pg_empty_url, progress=lambda *a: steps.append(a)) == "0030a"
-    assert [step for step, _ in steps] == ["0030", "0030a"]
+    assert migrate.upgrade(pg_empty_url, progress=lambda *a: steps.append(a)) == migrate.head()
+    assert [step for step, _ in steps] == ["0030", "0030a", "0030b"]
     assert steps[0] == ("0030", "PostgreSQL baseline: the head schema of v30")
-    assert migrate.upgrade(pg_empty_url) == "0030a"  # at head: nothing to do
+    assert migrate.upgrade(pg_empty_url) == migrate.head()  # at head: nothing to do
     assert migrate.schema_version_of(pg_empty_url) == 30
 
 
@@ -115,7 +115,8 @@ def test_tables_that_are_not_a_store_are_left_alone(pg_server, pg_empty_url):
 
 
 def test_a_downgrade_below_the_baseline_is_refused(pg_server, pg_url, tmp_path):
-    for target in ("0029", "base", "-2"):
+    past_baseline = sum(revisions.is_newer(rev, pg_create.BASELINE) for rev, _ in migrate.history())
+    for target in ("0029", "base", f"-{past_baseline + 1}"):
         result = run_alembic("downgrade", target, url=pg_url, home=tmp_path)
         assert result.returncode != 0
         assert "cannot downgrade below 0030" in result.stderr
@@ -178,13 +179,64 @@ def test_0030a_makes_the_index_functions_read_nul_text_as_sqlite_and_back(pg_emp
     assert _nul_rows_as_read(pg_empty_url) == baseline
     up = run_alembic("upgrade", "head", url=pg_empty_url, home=tmp_path)
     assert up.returncode == 0, up.stderr
-    assert migrate.current(pg_empty_url) == "0030a"
+    assert migrate.current(pg_empty_url) == migrate.head()
     assert _nul_rows_as_read(pg_empty_url) == as_sqlite
     assert migrate.downgrade(pg_empty_url, "0030") == "0030"
     assert _nul_rows_as_read(pg_empty_url) == baseline
-    assert migrate.upgrade(pg_empty_url) == "0030a"
+    assert migrate.upgrade(pg_empty_url) == migrate.head()
     assert _nul_rows_as_read(pg_empty_url) == as_sqlite
     assert migrate.check(pg_empty_url).ok
+
+
+def _compression(pg_server, url: str) -> dict:
+    """Each message column's compression method, and how its long values are stored."""
+    rows = _query(pg_server, url, """
+        SELECT a.attname, a.attcompression::text FROM pg_attribute a
+        WHERE a.attrelid = 'messages'::regclass
+          AND a.attname IN ('content', 'tool_calls', 'fts_document')""")
+    stored = _query(pg_server, url, """
+        SELECT DISTINCT pg_column_compression(content) FROM messages
+        WHERE pg_column_compression(content) IS NOT NULL""")
+    return {"columns": dict(rows), "stored": sorted(method for (method,) in stored)}
+
+
+def test_0030b_compresses_long_message_text_with_lz4_from_then_on_and_back(
+        pg_server, pg_empty_url, tmp_path):
+    """Revision 0030b: values written after it are lz4; those stored before keep pglz,
+    every one of them read back whole; the downgrade gives the server's default back."""
+    from hermes_store import SessionDB
+
+    long_text = " ".join(f"line {i} of a long tool output, container restarted" for i in range(400))
+    assert migrate.upgrade(pg_empty_url, "0030a") == "0030a"
+    engine = postgres.create_engine(resolve(pg_empty_url), poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at) VALUES ('before', 'cli', 1)")
+        conn.exec_driver_sql("INSERT INTO messages (session_id, role, content, timestamp) "
+                             "VALUES ('before', 'tool', %(text)s, 1)", {"text": long_text + " before"})
+    engine.dispose()
+    assert _compression(pg_server, pg_empty_url) == {
+        "columns": {"content": "", "tool_calls": "", "fts_document": ""}, "stored": ["pglz"]}
+    up = run_alembic("upgrade", "head", url=pg_empty_url, home=tmp_path)
+    assert up.returncode == 0, up.stderr
+    lz4 = {"content": "l", "tool_calls": "l", "fts_document": ""}
+    assert _compression(pg_server, pg_empty_url)["columns"] == lz4
+    db = SessionDB(pg_empty_url)
+    db.create_session("after", "cli")
+    db.append_message("after", "tool", long_text + " after")
+    assert [m["content"] for m in db.get_messages("before") + db.get_messages("after")] == [
+        long_text + " before", long_text + " after"]
+    assert {hit["session_id"] for hit in db.search_messages("restarted")} == {"before", "after"}
+    db.close()
+    assert _compression(pg_server, pg_empty_url) == {"columns": lz4, "stored": ["lz4", "pglz"]}
+    assert migrate.check(pg_empty_url).ok
+    assert migrate.downgrade(pg_empty_url, "0030a") == "0030a"
+    assert _compression(pg_server, pg_empty_url) == {
+        "columns": {"content": "", "tool_calls": "", "fts_document": ""},
+        "stored": ["lz4", "pglz"]}
+    with pg_server.connect(_db(pg_empty_url)) as conn:  # every value read back whole
+        assert [len(text) for (text,) in conn.execute(
+            "SELECT content FROM messages ORDER BY id").fetchall()] == [
+            len(long_text) + 7, len(long_text) + 6]
 
 
 def test_a_server_error_prints_one_line_through_the_cli(tmp_path):

@@ -16,12 +16,13 @@ def create_head(conn: sa.Connection) -> None:
     caller's transaction): what the baseline plus the revisions after it give
     (tested)."""
     from .... import schema
-    from .. import display_order
+    from .. import display_order, storage
     from ..fts import ddl as fts_ddl
 
     schema.metadata.create_all(conn)
     fts_ddl.create_fts(conn)
     display_order.create_display_triggers(conn)
+    storage.set_compression(conn)
     conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
 
 

@@ -1,5 +1,5 @@
-"""The head schema of a SQLite state.db (revision 0030a), as revisions
-0001…0030a leave it on an empty file: every CREATE statement exactly as
+"""The head schema of a SQLite state.db (revision 0030b), as revisions
+0001…0030b leave it on an empty file: every CREATE statement exactly as
 ``sqlite_master`` stores it, in creation order, then the FTS5 'rebuild' the
 revisions end with (it writes each empty index's totals record), and the rows the
 revisions write.
@@ -11,7 +11,7 @@ review the diff:
 """
 
 # fmt: off
-REVISION = '0030a'
+REVISION = '0030b'
 
 STATEMENTS = (
 'CREATE TABLE alembic_version (\n\tversion_num VARCHAR(32) NOT NULL, \n\tCONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)\n)',
@@ -174,7 +174,7 @@ END""",
 )
 
 ROWS = (
-    ('alembic_version', ('version_num',), ('0030a',)),
+    ('alembic_version', ('version_num',), ('0030b',)),
     ('schema_version', ('version',), (30,)),
     ('state_meta', ('key', 'value'), ('fts_storage_version', '3')),
 )
