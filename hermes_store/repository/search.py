@@ -43,6 +43,7 @@ from .message_rows import content_preview, decode_content
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import like_containing
 from .search_statements import (
+    CONTEXT_CHARS,
     RESULT_KEYS,
     Shape,
     by_time,
@@ -59,8 +60,6 @@ from .search_statements import (
 
 log = logging.getLogger(__name__)
 
-#: characters of each neighbouring message shown in a result's ``context``
-CONTEXT_CHARS = 200
 #: rows the short-CJK LIKE fallback may examine (the newest message ids)
 DEFAULT_SHORT_QUERY_SCAN_ROWS = 20_000
 

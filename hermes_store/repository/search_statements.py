@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..backends.facets import SearchRoute
-from ..sql.constructs import like_nocase
+from ..sql.constructs import head_or_whole, like_nocase
 from ..sql.prebuilt import Prebuilt
 from ..sql.values import LIKE_ESCAPE, scrub_surrogates
 
@@ -30,6 +30,14 @@ _RESULT_COLUMNS = (
 )
 RESULT_KEYS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name", "source",
                "model", "session_started")
+#: characters of each neighbouring message shown in a result's ``context``
+CONTEXT_CHARS = 200
+
+
+def _context_text(content: sa.ColumnElement) -> sa.ColumnElement:
+    """A neighbour's content as far as its context shows it (a long tool output's head
+    only, where the engine can cut it exactly: ``head_or_whole``)."""
+    return head_or_whole(content, CONTEXT_CHARS)
 
 
 def _nearest(before: bool) -> tuple:
@@ -65,8 +73,8 @@ def _neighbours() -> tuple:
     """(previous message alias, next message alias, the context columns)."""
     prev, nxt = M.alias("prev_message"), M.alias("next_message")
     columns = (
-        prev.c.role.label("prev_role"), prev.c.content.label("prev_content"),
-        nxt.c.role.label("next_role"), nxt.c.content.label("next_content"),
+        prev.c.role.label("prev_role"), _context_text(prev.c.content).label("prev_content"),
+        nxt.c.role.label("next_role"), _context_text(nxt.c.content).label("next_content"),
     )
     return prev, nxt, columns
 
@@ -97,8 +105,10 @@ def _lateral_context():
     """The LATERAL neighbours' columns and the join that brings them (built on first use:
     only an engine with LATERAL asks, and a cold start need not pay for them)."""
     before, after = _neighbour_row(True), _neighbour_row(False)
-    columns = (before.c.role.label("prev_role"), before.c.content.label("prev_content"),
-               after.c.role.label("next_role"), after.c.content.label("next_content"))
+    columns = (before.c.role.label("prev_role"),
+               _context_text(before.c.content).label("prev_content"),
+               after.c.role.label("next_role"),
+               _context_text(after.c.content).label("next_content"))
     return columns, lambda from_clause: (
         from_clause.outerjoin(before, sa.true()).outerjoin(after, sa.true()))
 

@@ -40,6 +40,11 @@ each construct replaced):
   keeps U+0000 and U+0001 escaped (its NUL codec), so its own compilation reads through
   the escape (``backends/postgresql/constructs.py``, which also makes ``like_nocase``
   and ``json_text`` read text as SQLite does).
+* ``head_or_whole(text, count)`` — at least the first ``count`` characters of the text
+  as the repository reads it (the whole text, or less where the engine can cut it
+  exactly), for a caller that shows a head only (search's ``context``). Generic: the
+  text itself; PostgreSQL sends a long value's head only, unless it holds its NUL
+  codec's escape (then the whole, for the codec to read).
 On PostgreSQL ``json_text`` compiles to ``hermes_json_text()``, a function of the
 PostgreSQL head (``backends/postgresql/fts/ddl.py``) with the same NULL-for-malformed
 rule. ``starts_with`` renders PostgreSQL's own function there.
@@ -254,6 +259,30 @@ def _flatten_lines(text_sql: str) -> str:
 def _flat_head_default(element, compiler, **kw):
     (text,) = element.clauses
     return f"substr({_flatten_lines(compiler.process(text, **kw))}, 1, {int(element.count)})"
+
+
+class head_or_whole(FunctionElement):
+    """At least the first ``count`` characters of the text (the caller cuts): the whole
+    text, or its head where the engine can cut it exactly without reading the rest."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "head_or_whole"
+    # the count is spelled into the SQL (one statement per count, not a parameter)
+    _traverse_internals = FunctionElement._traverse_internals + [
+        ("count", InternalTraversal.dp_plain_obj)]
+
+    def __init__(self, text, count: int):
+        if not isinstance(count, int) or count <= 0:
+            raise ValueError(f"head_or_whole needs a positive count, got {count!r}")
+        self.count = count
+        super().__init__(text)
+
+
+@_generic(head_or_whole)
+def _head_or_whole_default(element, compiler, **kw):
+    (text,) = element.clauses
+    return compiler.process(text, **kw)
 
 
 class text_length(FunctionElement):

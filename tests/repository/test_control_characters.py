@@ -381,6 +381,28 @@ def test_a_tool_outputs_text_past_a_nul_is_not_searchable(twin):
                      "boundary": 1, "beyond": 0}
 
 
+def test_a_hits_context_shows_its_long_neighbours_as_sqlite_does(twin):
+    """A neighbour's context is its first 200 characters; PostgreSQL sends a long
+    neighbour's head only (``head_or_whole``) unless the head holds the codec's escape:
+    U+0001 or U+0000 before, at and after the cut, and a multimodal neighbour, give
+    SQLite's context."""
+    long_tail = " log line" * 400
+    neighbours = ["plain" + long_tail, "x" * 199 + "\x01" + long_tail,
+                  "x" * 198 + "\x00" + long_tail, "x" * 200 + "\x01\x00" + long_tail,
+                  "\x01" * 150 + long_tail, "é" * 300 + long_tail,
+                  [{"type": "text", "text": "seen" + long_tail}, {"type": "image_url"}]]
+    for n, neighbour in enumerate(neighbours):
+        sid = f"s{n}"
+        twin("create_session", sid, "cli")
+        twin("append_message", sid, "tool", neighbour, tool_name="shell")
+        twin("append_message", sid, "assistant", f"wombat{n} answer")
+        twin("append_message", sid, "user", neighbour)
+    for n in range(len(neighbours)):
+        (hit,) = twin("search_messages", f"wombat{n}")
+        assert [len(c["content"]) for c in hit["context"]][1] == len(f"wombat{n} answer")
+        assert len(hit["context"][0]["content"]) == len(hit["context"][2]["content"]) == 200
+
+
 def test_a_delegate_run_marked_with_a_nul_is_out_of_the_substring_index(twin):
     """A ``_delegate_from`` holding U+0000 is ``\\u0000`` in the JSON text, which
     PostgreSQL's ``->>`` refuses; the scope trigger reads it as SQLite's JSON functions

@@ -22,6 +22,7 @@ from ...sql.constructs import (
     _like_nocase,
     _like_nocase_default,
     flat_head,
+    head_or_whole,
     json_text,
     text_length,
     text_order,
@@ -63,6 +64,17 @@ def _flat_head_postgresql(element, compiler, **kw):
     head = f"substr({sql}, 1, {int(element.count)})"
     return _flatten_lines(f"CASE WHEN {sql_plain(head)} THEN {head} "
                          f"ELSE {sql_before_nul(sql, element.count)} END")
+
+
+@compiles(head_or_whole, "postgresql")
+def _head_or_whole_postgresql(element, compiler, **kw):
+    # left() reads only a stored value's head (a compressed one is decompressed that far);
+    # a head holding the escape could end inside a pair, or hold fewer characters than
+    # the codec gives back: the whole text then (the multimodal marker is one such)
+    (text,) = element.clauses
+    sql = compiler.process(text, **kw)
+    head = f"left({sql}, {int(element.count)})"
+    return f"CASE WHEN {sql_plain(head)} THEN {head} ELSE {sql} END"
 
 
 @compiles(text_length, "postgresql")
