@@ -60,8 +60,16 @@ def _check_appends(path, reports):
     return appends
 
 
-def _run_load(path, writers, writes_each, readers, reads_each, policy=()):
-    procs = [rs.spawn("writer", path, w, writes_each, SHARED, *policy) for w in range(writers)]
+def _run_load(path, writers, writes_each, readers, reads_each, policy=(), go=None):
+    """``go`` (a path; with ``policy``): the writers start appending together, once
+    every one of them is ready (a process starts in about a second: one started first
+    could otherwise be done before the last begins)."""
+    extra = (*policy, go) if go is not None else policy
+    procs = [rs.spawn("writer", path, w, writes_each, SHARED, *extra) for w in range(writers)]
+    if go is not None:
+        for proc in procs:
+            rs.wait_for_line(proc, "ready")
+        go.touch()
     procs += [rs.spawn("reader", path, reads_each, SHARED) for _ in range(readers)]
     outputs = [rs.finish(p, timeout=150) for p in procs]
     for proc, (out, err) in zip(procs, outputs):
@@ -99,7 +107,7 @@ def test_four_writers_two_readers_lose_nothing(store_target):
           f"{writes_per_s:.0f} writes/s, {reads_per_s:.0f} reader ops/s, {retries} retries")
 
 
-def test_retries_under_forced_contention_never_apply_a_unit_twice(store_target):
+def test_retries_under_forced_contention_never_apply_a_unit_twice(store_target, tmp_path):
     """A busy timeout of 1 ms turns nearly every collision into a retry of the whole
     unit (PostgreSQL: a lock_timeout of 1 ms on the session row and the unit lock);
     the retry must re-run only units that did not commit."""
@@ -109,7 +117,7 @@ def test_retries_under_forced_contention_never_apply_a_unit_twice(store_target):
     policy = (0.001, 500, 0.005)
     writes_each = 50 if rs.is_server(path) else 80
 
-    writer_reports, _ = _run_load(path, 4, writes_each, 0, 0, policy)
+    writer_reports, _ = _run_load(path, 4, writes_each, 0, 0, policy, go=tmp_path / "go")
 
     retries = sum(r[-1]["retries"] for r in writer_reports)
     assert retries > 0, "the test produced no contention, so it shows nothing"

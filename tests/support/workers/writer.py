@@ -1,22 +1,26 @@
 """Load/retry writer: appends a fixed number of messages through its own SessionDB.
 
-    writer.py DB WRITER_ID COUNT SHARED_SESSION [BUSY_TIMEOUT ATTEMPTS JITTER_MAX]
+    writer.py DB WRITER_ID COUNT SHARED_SESSION [BUSY_TIMEOUT ATTEMPTS JITTER_MAX [GO_FILE]]
 
 DB is a SQLite file's path or a PostgreSQL URL. Alternates between its own session
 (`w<ID>`) and the shared one; assistant rows carry 0-3 tool calls, and every fourth
 step also accounts an API call's tokens on that session (`update_token_counts`).
 After each append returns it prints {"id", "session", "marker", "tools"}, after each
 accounted call {"usage", "input"}; at the end {"done", "retries", "elapsed", "writes"}.
-Any exception propagates: a non-zero exit code is an error that reached the caller.
+With GO_FILE, it opens the store and creates its session, prints "ready", and starts
+appending only once GO_FILE exists, so that writers started one by one write at the
+same time. Any exception propagates: a non-zero exit code is an error that reached
+the caller.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
 
-from _common import open_store, say, write_units_of
+from _common import open_store, say, signal_line, write_units_of
 
 
 def main() -> None:
@@ -26,6 +30,10 @@ def main() -> None:
     db = open_store(path, *policy)
     own = f"w{writer_id}"
     db.create_session(own, source="cli")
+    if len(sys.argv) > 8:
+        signal_line("ready")
+        while not os.path.exists(sys.argv[8]):
+            time.sleep(0.0005)
     start = time.perf_counter()
     for i in range(count):
         session = own if i % 2 == 0 else shared
