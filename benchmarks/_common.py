@@ -370,6 +370,45 @@ def format_markdown(rows: Sequence[Row], sides: Sequence | None = None) -> str:
     return "\n".join(out)
 
 
+class OtherLoad:
+    """The CPU the machine spent on what this container cannot see (another tenant of a
+    shared machine), in cores on average, between ``start()`` and ``cores()``: the
+    machine's busy time (``/proc/stat``) less that of every process visible here (the
+    benchmark, its servers, and the children they reaped). A side-by-side ratio is only
+    as good as the quiet it was measured in; this says how quiet it was. None where
+    ``/proc`` does not tell (not Linux)."""
+
+    def __init__(self) -> None:
+        self._start = self._snapshot()
+
+    @staticmethod
+    def _snapshot() -> tuple[float, int, int] | None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+            # user nice system idle iowait irq softirq steal: busy = all but idle, iowait
+            busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4))
+            visible = 0
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit():
+                    try:
+                        stat = Path(entry.path, "stat").read_text()
+                    except OSError:
+                        continue
+                    # utime stime cutime cstime: fields 14-17 (after the ")" of the name)
+                    visible += sum(int(v) for v in stat.rsplit(")", 1)[1].split()[11:15])
+        except (OSError, ValueError, IndexError):
+            return None
+        return time.monotonic(), busy, visible
+
+    def cores(self) -> float | None:
+        end = self._snapshot()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return None
+        hz = os.sysconf("SC_CLK_TCK")
+        other = (end[1] - self._start[1]) - (end[2] - self._start[2])
+        return max(0.0, other / hz / (end[0] - self._start[0]))
+
+
 def machine() -> dict:
     info = {
         "nproc": os.cpu_count(),

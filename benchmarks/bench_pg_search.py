@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _ops_corpus  # noqa: E402
 import _pg  # noqa: E402
 import _stores  # noqa: E402
-from _common import Samples, human, interleaved, log, main_for  # noqa: E402
+from _common import OtherLoad, Samples, human, interleaved, log, main_for  # noqa: E402
 from _floor import Floor, Recorder, engine_of  # noqa: E402
 from bench_search import QUERIES, WorkCounter  # noqa: E402
 
@@ -139,6 +139,7 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
         checked.append((kind, query, kwargs, case, same, len(lite_all), recorders, pages,
                         buffers, ticks, samples))
     passes = max(1, int(getattr(args, "passes", PASSES)))
+    other = OtherLoad()
     for number in range(passes):
         for kind, query, kwargs, *_, samples in checked:
             for _ in range(WARMUP if number == 0 else WARMUP_AGAIN):
@@ -148,6 +149,10 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
                 "pg": (lambda: pg.search_messages(query, **kwargs), samples["pg"]),
                 "lite": (lambda: lite.search_messages(query, **kwargs), samples["lite"]),
             }, args.rounds, ITERATIONS)
+    other_cores = other.cores()
+    if other_cores is not None:
+        report.note(f"{corpus or 'workload: '}{human(n)}: the machine spent {other_cores:.2f} "
+                    "cores on work not visible here while these queries were timed")
     for (kind, query, kwargs, case, same, matches, recorders, pages, buffers, ticks,
          samples) in checked:
         res = {side: samples[side].summary() for side in samples}
