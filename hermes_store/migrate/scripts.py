@@ -75,10 +75,16 @@ def head() -> str:
 ENGINES_CHANGED_ATTRIBUTE = "engines_changed"
 
 
-def same_schema_as_head(revision: str, dialect: str) -> bool:
-    """True when no revision after ``revision`` up to head changes a ``dialect``
-    database: one stamped ``revision`` has head's schema on that engine."""
-    for script in scripts().iterate_revisions(head(), revision):
+def same_schema_as_head(revision: str | None, dialect: str) -> bool:
+    """True when ``revision`` is head, or below it by revisions that leave a ``dialect``
+    database as it is: one stamped ``revision`` has head's schema on that engine. False
+    for no revision, and for one that does not sort below head (unknown, or newer)."""
+    newest = head()
+    if revision == newest:
+        return True
+    if revision is None or not revision < newest:
+        return False
+    for script in scripts().iterate_revisions(newest, revision):
         if script.revision == revision:
             continue
         if dialect in getattr(script.module, ENGINES_CHANGED_ATTRIBUTE, ("sqlite", "postgresql")):

@@ -36,8 +36,7 @@ def ensure_schema(path: Path, *, auto_upgrade: bool, read_only: bool) -> None:
             with sqlite_errors(path):
                 command_upgrade(path)
         return
-    if (read_only or not auto_upgrade) and at is not None and at < head \
-            and same_schema_as_head(at, "sqlite"):
+    if (read_only or not auto_upgrade) and same_schema_as_head(at, "sqlite"):
         return  # behind only by steps that change other engines (e.g. 0030a): as at head
     if at is not None and at > head:
         raise SchemaTooNewError(
