@@ -44,10 +44,10 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -105,6 +105,21 @@ def _settle(pg) -> None:
     os.sync()
 
 
+class _Checked(NamedTuple):
+    """A query checked on both engines before timing: what the report needs of it, and
+    its samples, filled pass by pass."""
+
+    query: str
+    kwargs: dict
+    case: str
+    same: bool
+    matches: int
+    pages: dict[str, list[int]]
+    buffers: int
+    ticks: int
+    samples: dict[str, Samples]
+
+
 def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
              target_size: int) -> tuple[int, int] | None:
     """Check and time ``queries`` on both stores; returns the short-CJK work
@@ -113,7 +128,7 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
     floor = Floor(lite_path, read_only=True)
     lite_work = WorkCounter(floor.conn)
     short_work = None
-    checked = []
+    checked: list[_Checked] = []
     for kind, query, kwargs in queries:
         whole = {k: v for k, v in kwargs.items() if k != "sort"}
         pg_all = pg.search_messages(query, limit=-1, **whole)
@@ -123,54 +138,53 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
         if not same:
             report.note(f"{case}: the engines found different messages "
                         f"({len(pg_all)} on PostgreSQL, {len(lite_all)} on SQLite)")
-        recorders, pages = {}, {}
+        calls, pages = {}, {}
         for name, db in (("pg", pg), ("lite", lite)):
             rec = Recorder(engine_of(db))
             with rec.call():
-                hits = db.search_messages(query, **kwargs)
+                pages[name] = [hit["id"] for hit in db.search_messages(query, **kwargs)]
             rec.close()
-            recorders[name] = (rec.calls[0], len(hits))
-            pages[name] = [hit["id"] for hit in hits]
-        buffers = pg_buffers(engine_of(pg), recorders["pg"][0])
-        _, ticks = lite_work.measure(lambda: floor.replay(recorders["lite"][0]))
+            calls[name] = rec.calls[0]
+        buffers = pg_buffers(engine_of(pg), calls["pg"])
+        _, ticks = lite_work.measure(lambda: floor.replay(calls["lite"]))
         if kind == SHORT_CJK:
             short_work = buffers, ticks
-        samples = {"pg": Samples(), "lite": Samples()}
-        checked.append((kind, query, kwargs, case, same, len(lite_all), recorders, pages,
-                        buffers, ticks, samples))
+        checked.append(_Checked(query, kwargs, case, same, len(lite_all), pages, buffers,
+                                ticks, {"pg": Samples(), "lite": Samples()}))
     passes = max(1, int(getattr(args, "passes", PASSES)))
     other = OtherLoad()
     for number in range(passes):
-        for kind, query, kwargs, *_, samples in checked:
+        for one in checked:
             for _ in range(WARMUP if number == 0 else WARMUP_AGAIN):
-                pg.search_messages(query, **kwargs)
-                lite.search_messages(query, **kwargs)
+                pg.search_messages(one.query, **one.kwargs)
+                lite.search_messages(one.query, **one.kwargs)
             interleaved({
-                "pg": (lambda: pg.search_messages(query, **kwargs), samples["pg"]),
-                "lite": (lambda: lite.search_messages(query, **kwargs), samples["lite"]),
+                "pg": (lambda: pg.search_messages(one.query, **one.kwargs), one.samples["pg"]),
+                "lite": (lambda: lite.search_messages(one.query, **one.kwargs),
+                         one.samples["lite"]),
             }, args.rounds, ITERATIONS)
     other_cores = other.cores()
     if other_cores is not None:
         report.note(f"{corpus or 'workload: '}{human(n)}: the machine spent {other_cores:.2f} "
                     "cores on work not visible here while these queries were timed")
-    for (kind, query, kwargs, case, same, matches, recorders, pages, buffers, ticks,
-         samples) in checked:
-        res = {side: samples[side].summary() for side in samples}
+    for one in checked:
+        case, pages = one.case, one.pages
+        res = {side: samples.summary() for side, samples in one.samples.items()}
         p50 = {side: res[side]["p50"] * 1e3 for side in res}
         target, met = "", None
         if n == target_size:
             target, met = f"PostgreSQL ≤ {TARGET_RATIO:g}× SQLite", \
                 p50["pg"] <= TARGET_RATIO * p50["lite"]
         report.add(NAME, case, "p50", "ms", p50["pg"], p50["lite"], target=target, met=met,
-                   hits_pg=recorders["pg"][1], hits_sqlite=recorders["lite"][1],
-                   matches=matches, same_messages=same, summaries=res,
-                   passes=passes, pass_p50_ms={side: _pass_medians(samples[side], passes)
-                                               for side in samples})
+                   hits_pg=len(pages["pg"]), hits_sqlite=len(pages["lite"]),
+                   matches=one.matches, same_messages=one.same, summaries=res,
+                   passes=passes, pass_p50_ms={side: _pass_medians(samples, passes)
+                                               for side, samples in one.samples.items()})
         report.add(NAME, case, "p95", "ms", res["pg"]["p95"] * 1e3, res["lite"]["p95"] * 1e3)
         report.add(NAME, case, "work: PostgreSQL buffers, SQLite k VM instr.", "",
-                   float(buffers), float(ticks))
-        report.add(NAME, case, "same messages found (whole result)", "", float(same),
-                   target="1 (yes)", met=same)
+                   float(one.buffers), float(one.ticks))
+        report.add(NAME, case, "same messages found (whole result)", "", float(one.same),
+                   target="1 (yes)", met=one.same)
         # ranking differs by design (ts_rank, BM25): how much of the page it moves
         report.add(NAME, case, "first page: hits also on SQLite's (of its page)", "",
                    float(len(set(pages["pg"]) & set(pages["lite"]))),
@@ -180,11 +194,10 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
 
 
 def _pass_medians(samples: Samples, passes: int) -> list[float]:
-    """Each pass's p50 (ms): the median of its rounds' medians (for the spread)."""
+    """Each pass's p50 (ms), for the spread: its rounds' median of medians."""
     per_pass = len(samples.rounds) // passes
-    return [round(statistics.median(statistics.median(r) for r in
-                                    samples.rounds[i * per_pass:(i + 1) * per_pass]) * 1e3, 3)
-            for i in range(passes)]
+    return [round(Samples(samples.rounds[i * per_pass:(i + 1) * per_pass])
+                  .median_of_round_medians() * 1e3, 3) for i in range(passes)]
 
 
 def _workload_corpus(args, report, srv) -> None:
