@@ -102,7 +102,10 @@ class Samples:
         return [x for r in self.rounds for x in r]
 
     def median_of_round_medians(self) -> float:
-        return statistics.median(statistics.median(r) for r in self.rounds if r)
+        return statistics.median(self.round_medians())
+
+    def round_medians(self) -> list[float]:
+        return [statistics.median(r) for r in self.rounds if r]
 
     def median_of_round_means(self) -> float:
         return statistics.median(statistics.fmean(r) for r in self.rounds if r)
@@ -192,6 +195,16 @@ def interleaved(sides: dict[str, tuple[Callable[[], object], "Samples"]], rounds
                 fn()
                 sink.append(time.perf_counter() - t0)
     return {name: samples.summary() for name, (_, samples) in sides.items()}
+
+
+def paired_ratio(ours: Samples, baseline: Samples) -> float:
+    """The median over rounds of each round's ratio (``ours``' p50 ÷ ``baseline``'s p50
+    in the same round): rounds run side by side (``interleaved``), so a spell of a shared
+    machine that slows a round slows both sides of it and cancels in that round's ratio.
+    The ratio of each side's own median over the rounds pairs one side's slow rounds with
+    the other's fast ones."""
+    pairs = zip(ours.round_medians(), baseline.round_medians(), strict=True)
+    return statistics.median(a / b for a, b in pairs)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
