@@ -43,8 +43,16 @@ _SPLIT = re.compile(r"([^\W_]+)")
 _ASCII_TOKENS = bytes(
     c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32
     for c in range(256))
-#: ASCII text's shape: "a" for a token character, a space for every other one
-_ASCII_SHAPE = bytes(32 if c == 32 else 97 for c in _ASCII_TOKENS)
+#: a spaced text's shape (encoded as ASCII, "?" for any other character, which is a token
+#: character there): "a" for a token character, a space for every other one
+_SPACED_SHAPE = bytes(32 if c == 32 else 97 for c in range(256))
+#: at most this share of a text beyond ASCII is written into its spaced form character by
+#: character (``_spaced``); a text with more is split by the regex (``_SPLIT``)
+_MOSTLY_ASCII = 8
+#: characters whose lower case ``str.lower`` writes depending on the text around them (a
+#: final sigma) or as two characters (dotted capital I): a token holding one is
+#: lower-cased whole, by the regex split's path
+_CONTEXT_CASED = ("\u03a3", "\u0130")
 #: a window's score (``fts5SnippetScore``): this much for each phrase it holds, 1 for
 #: each further instance; a window that starts a sentence gains a bonus, more for the
 #: column's first
@@ -68,19 +76,55 @@ def _spaced_ascii(text: str) -> str:
     return text.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
 
 
+def _spaced(text: str) -> str | None:
+    """``text`` with its tokens lower-cased and every other character a space (the same
+    length), or None where that form would not split into the regex's tokens
+    (``_CONTEXT_CASED``) or would cost more than the regex split (more than one
+    character in ``_MOSTLY_ASCII`` beyond ASCII: a CJK text).
+
+    A log dump of 8 kB with a few Chinese words is written in C but for those words'
+    characters, each found as a "?" of the text encoded as ASCII (a regex scanning for
+    them took as long as the regex split)."""
+    if text.isascii():
+        return _spaced_ascii(text)
+    if any(c in text for c in _CONTEXT_CASED):
+        return None
+    # every character beyond ASCII is one "?" here (a space once translated)
+    encoded = text.encode("ascii", "replace")
+    spaced = encoded.translate(_ASCII_TOKENS).decode("ascii")
+    budget, pieces, at = len(text) // _MOSTLY_ASCII, [], 0
+    i = encoded.find(b"?")
+    while i >= 0:
+        char = text[i]
+        if char != "?":
+            budget -= 1
+            if budget < 0:
+                return None
+            # a token character ([^\W_]) is exactly one that ``isalnum``
+            pieces += [spaced[at:i], char.lower() if char.isalnum() else " "]
+            at = i + 1
+        i = encoded.find(b"?", i + 1)
+    pieces.append(spaced[at:])
+    return "".join(pieces)
+
+
+#: ``_Column``'s ``spaced`` when the caller has not tried ``_spaced``
+_NOT_TRIED = object()
+
+
 class _Column:
     """One column's text split into tokens (``tokens``, lower-cased), with each token's
     place in the text (``start_of``/``end_of``) and the sentence starts."""
 
     __slots__ = ("text", "tokens", "_spaced", "_offsets", "_shape")
 
-    def __init__(self, text: str, spaced: str | None = None) -> None:
-        """``spaced``: an ASCII ``text``'s :func:`_spaced_ascii` form, where the caller
-        has it."""
+    def __init__(self, text: str, spaced: object = _NOT_TRIED) -> None:
+        """``spaced``: ``text``'s :func:`_spaced` form (None: it has none), where the
+        caller has it."""
         self.text = text
         self._offsets = self._shape = None
-        if spaced is None and text.isascii():
-            spaced = _spaced_ascii(text)
+        if spaced is _NOT_TRIED:
+            spaced = _spaced(text)
         if spaced is not None:
             # A snippet needs the places of a handful of tokens (the window's ends, the
             # marked runs), found in ``_spaced`` when asked.
@@ -132,7 +176,7 @@ class _Column:
         spaced = self._spaced
         if spaced is None or not word.isalnum():  # (a word a token cannot hold: none)
             return [i for i, t in enumerate(tokens) if t.startswith(word)]
-        # ASCII: find the word where a token starts; its position is the number of
+        # spaced: find the word where a token starts; its position is the number of
         # tokens before it, counted from the previous one found
         found, count, previous = [], 0, 0
         at = spaced.find(word)
@@ -145,13 +189,14 @@ class _Column:
         return found
 
     def _tokens_in(self, start: int, end: int) -> int:
-        """ASCII: how many tokens begin at offsets ``start`` to ``end`` (exclusive),
-        where ``start`` is 0 or a token's first character — counted in C, in the
-        column's shape (every token character "a", every other one a space), where a
-        token begins wherever " a" does (and at 0 on an "a")."""
+        """(A spaced column) how many tokens begin at offsets ``start`` to ``end``
+        (exclusive), where ``start`` is 0 or a token's first character — counted in C,
+        in the column's shape (every token character "a", every other one a space),
+        where a token begins wherever " a" does (and at 0 on an "a")."""
         shape = self._shape
         if shape is None:
-            shape = self._shape = self.text.encode("ascii").translate(_ASCII_SHAPE)
+            shape = self._shape = self._spaced.encode("ascii", "replace").translate(
+                _SPACED_SHAPE)
         if start:
             return shape.count(b" a", start - 1, end)
         return shape.count(b" a", 0, end) + (end > 0 and shape[:1] == b"a")
@@ -161,7 +206,7 @@ class _Column:
         the first token, and any right after ``.``/``:`` and blank space."""
         found = [0]
         if self._offsets is None:
-            # ASCII: the tokens before a sentence's start, counted from the previous one
+            # spaced: the tokens before a sentence's start, counted from the previous one
             spaced, size = self._spaced, len(self.text)
             at = previous = 0
             for m in _SENTENCE_END.finditer(self.text):
@@ -323,9 +368,8 @@ class SnippetQuery:
             if not text or not isinstance(text, str):
                 parsed.append((None, []))
                 continue
-            spaced = None
-            if text.isascii():
-                spaced = _spaced_ascii(text)
+            spaced = _spaced(text)
+            if spaced is not None:
                 for word in firsts:
                     if word in spaced:
                         break

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_store.fts.query import SNIPPET_TOKENS
-from hermes_store.fts.snippet import Phrase, snippet
+from hermes_store.fts.snippet import Phrase, _Column, snippet
 
 WORDS = ["docker", "compose", "deploy", "deploying", "chat", "send", "alpha", "beta",
          "gamma", "Docker", "DEPLOY", "x1", "42", "kube"]
@@ -95,6 +95,59 @@ def test_the_snippet_is_fts5s_beyond_ascii(fts, content, tool_calls, query, join
     if want is None:
         return  # the row does not match: no snippet to compare
     assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
+# A text mostly in ASCII (a log dump with a few words of other scripts) is split the fast
+# way, its characters beyond ASCII written into the spaced form one by one.
+MOSTLY_ASCII_WORDS = WORDS * 8 + UNICODE_WORDS
+mostly_ascii_texts = st.tuples(
+    st.sampled_from(LEADING),
+    st.lists(st.tuples(st.sampled_from(MOSTLY_ASCII_WORDS),
+                       st.sampled_from(SEPARATORS * 4 + UNICODE_SEPARATORS)),
+             min_size=0, max_size=120),
+).map(lambda parts: parts[0] + text_of(parts[1]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=mostly_ascii_texts, tool_calls=st.one_of(st.none(), mostly_ascii_texts),
+       query=st.lists(st.one_of(phrases, unicode_phrases), min_size=1, max_size=3),
+       joiner=st.sampled_from([" ", " OR "]))
+def test_the_snippet_is_fts5s_in_mostly_ascii_text(fts, content, tool_calls, query, joiner):
+    columns = (content, None, tool_calls)
+    want = sqlite_snippet(fts, columns, joiner.join(fts5_phrase(w, p) for w, p in query))
+    if want is None:
+        return  # the row does not match: no snippet to compare
+    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
+# Words whose lower case str.lower writes from the text around them (a final sigma) or
+# as two characters (a dotted capital I): the fast split must leave such a text to the
+# regex, whose tokens are lower-cased whole.
+CASED_BY_CONTEXT = ["ΟΔΟΣ", "ΣΑΣ", "İstanbul", "İ"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.tuples(
+    st.sampled_from(LEADING),
+    st.lists(st.tuples(st.sampled_from(MOSTLY_ASCII_WORDS + CASED_BY_CONTEXT),
+                       st.sampled_from(SEPARATORS * 4 + UNICODE_SEPARATORS)), max_size=80),
+).map(lambda parts: parts[0] + text_of(parts[1])))
+def test_the_fast_split_finds_the_regex_splits_tokens_and_places(text):
+    fast, regex = _Column(text), _Column(text, None)
+    assert fast.tokens == regex.tokens
+    for i in range(len(regex.tokens)):
+        assert (fast.start_of(i), fast.end_of(i)) == (regex.start_of(i), regex.end_of(i))
+    assert fast.sentences(len(regex.tokens)) == regex.sentences(len(regex.tokens))
+    for word in {t[:2] for t in regex.tokens}:
+        assert fast.positions(word, True) == regex.positions(word, True)
+
+
+def test_text_cased_by_context_or_mostly_beyond_ascii_takes_the_regex_split():
+    assert _Column("ok ΟΔΟΣ ok")._offsets is not None
+    assert _Column("ok İstanbul ok")._offsets is not None
+    assert _Column("记忆断裂 " * 20 + "docker")._offsets is not None  # a CJK text
+    mostly_ascii = _Column("docker compose up " * 20 + "日志")
+    assert mostly_ascii._offsets is None and mostly_ascii.tokens[-1] == "日志"
 
 
 def test_only_the_phrases_of_a_satisfied_operand_are_marked():
