@@ -60,6 +60,11 @@ _PHRASE_SCORE = 1000
 _SENTENCE_BONUS, _FIRST_SENTENCE_BONUS = 100, 120
 #: the end of a sentence: ``.`` or ``:`` and blank space (FTS5's sentence finder)
 _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
+#: the same in a spaced column's text encoded as ASCII and translated by
+#: ``_SENTENCE_MARKS`` ("." and ":" as "P", blank space as "S"): a literal to search for,
+#: a quarter of the time of the character class over the text
+_SENTENCE_MARKS = bytes(80 if c in b".:" else 83 if c in b" \t\n\r" else 120 for c in range(256))
+_SENTENCE_END_MARKS = re.compile(rb"PS+")
 
 
 @dataclass(frozen=True)
@@ -209,7 +214,8 @@ class _Column:
             # spaced: the tokens before a sentence's start, counted from the previous one
             spaced, size = self._spaced, len(self.text)
             at = previous = 0
-            for m in _SENTENCE_END.finditer(self.text):
+            marks = self.text.encode("ascii", "replace").translate(_SENTENCE_MARKS)
+            for m in _SENTENCE_END_MARKS.finditer(marks):
                 end = m.end()
                 if end < size and spaced[end] != " ":  # a token starts there
                     at += self._tokens_in(previous, end)
