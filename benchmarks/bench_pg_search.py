@@ -331,8 +331,10 @@ def _own_arguments(argv) -> tuple[argparse.Namespace, list[str]]:
                    help=f"passes over each corpus's queries, --rounds rounds of each per "
                    f"pass (default {PASSES})")
     p.add_argument("--ops-messages", type=int, default=OPS_MESSAGES,
-                   help=f"messages of the ops corpus (default {OPS_MESSAGES:,}; less for a "
-                   "quick run: the ≤ 2× target applies at any size given here)")
+                   help=f"messages of the ops corpus (default {OPS_MESSAGES:,}; fewer for a "
+                   "quick run. The ≤ 2× target is checked at any size, but it is set at "
+                   "100k: in a store of a few thousand messages PostgreSQL's fixed cost per "
+                   "search takes some kinds over it; docs/performance.md)")
     return p.parse_known_args(argv)
 
 

@@ -49,6 +49,8 @@ _SPACED_SHAPE = bytes(32 if c == 32 else 97 for c in range(256))
 #: at most this share of a text beyond ASCII is written into its spaced form character by
 #: character (``_spaced``); a text with more is split by the regex (``_SPLIT``)
 _MOSTLY_ASCII = 8
+#: a text beyond ASCII shorter than this is split by the regex, which costs less for it
+_MIXED_FROM = 256
 #: characters whose lower case ``str.lower`` writes depending on the text around them (a
 #: final sigma) or as two characters (dotted capital I): a token holding one is
 #: lower-cased whole, by the regex split's path
@@ -83,28 +85,29 @@ def _spaced_ascii(text: str) -> str:
 
 def _spaced(text: str) -> str | None:
     """``text`` with its tokens lower-cased and every other character a space (the same
-    length), or None where that form would not split into the regex's tokens
-    (``_CONTEXT_CASED``) or would cost more than the regex split (more than one
-    character in ``_MOSTLY_ASCII`` beyond ASCII: a CJK text).
+    length), or None where the regex split (``_SPLIT``) should split it: a text beyond
+    ASCII that is short (``_MIXED_FROM``: the regex costs less than this), more than one
+    character in ``_MOSTLY_ASCII`` beyond ASCII (a CJK text), or holding a character
+    lower-cased by context (``_CONTEXT_CASED``).
 
     A log dump of 8 kB with a few Chinese words is written in C but for those words'
     characters, each found as a "?" of the text encoded as ASCII (a regex scanning for
     them took as long as the regex split)."""
     if text.isascii():
         return _spaced_ascii(text)
-    if any(c in text for c in _CONTEXT_CASED):
+    if len(text) < _MIXED_FROM:
         return None
     # every character beyond ASCII is one "?" here (a space once translated)
     encoded = text.encode("ascii", "replace")
+    if (encoded.count(b"?") - text.count("?") > len(text) // _MOSTLY_ASCII
+            or any(char in text for char in _CONTEXT_CASED)):
+        return None
     spaced = encoded.translate(_ASCII_TOKENS).decode("ascii")
-    budget, pieces, at = len(text) // _MOSTLY_ASCII, [], 0
+    pieces, at = [], 0
     i = encoded.find(b"?")
     while i >= 0:
         char = text[i]
         if char != "?":
-            budget -= 1
-            if budget < 0:
-                return None
             # a token character ([^\W_]) is exactly one that ``isalnum``
             pieces += [spaced[at:i], char.lower() if char.isalnum() else " "]
             at = i + 1
