@@ -87,7 +87,8 @@ def pg_buffers(engine, call) -> int:
         dbapi = conn.connection.dbapi_connection
         with dbapi.cursor() as cur:
             for kind, statement, params, _ in call:
-                if kind != "exec" or not statement.lstrip().upper().startswith("SELECT"):
+                # a query (the word route's first page opens with its CTEs: WITH)
+                if kind != "exec" or not statement.lstrip().upper().startswith(("SELECT", "WITH")):
                     continue
                 cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
                 plan = cur.fetchone()[0]
