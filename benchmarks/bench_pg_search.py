@@ -159,7 +159,7 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
             short_work = buffers, ticks
         checked.append(_Checked(query, kwargs, case, same, len(lite_all), pages, buffers,
                                 ticks, {"pg": Samples(), "lite": Samples()}))
-    passes = max(1, int(getattr(args, "passes", PASSES)))
+    passes = max(1, int(args.passes))
     other = OtherLoad()
     for number in range(passes):
         for one in checked:
@@ -182,8 +182,8 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
         report.add(NAME, case, "p50", "ms", p50["pg"], p50["lite"],
                    hits_pg=len(pages["pg"]), hits_sqlite=len(pages["lite"]),
                    matches=one.matches, same_messages=one.same, summaries=res,
-                   passes=passes, pass_p50_ms={side: _pass_medians(samples, passes)
-                                               for side, samples in one.samples.items()},
+                   # in pass order: each pass's --rounds rounds are consecutive
+                   passes=passes,
                    round_p50_ms={side: [round(x * 1e3, 3) for x in samples.round_medians()]
                                  for side, samples in one.samples.items()})
         paired = paired_ratio(one.samples["pg"], one.samples["lite"])
@@ -203,13 +203,6 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
                    float(len(pages["lite"])))
     floor.close()
     return short_work
-
-
-def _pass_medians(samples: Samples, passes: int) -> list[float]:
-    """Each pass's p50 (ms), for the spread: its rounds' median of medians."""
-    per_pass = len(samples.rounds) // passes
-    return [round(Samples(samples.rounds[i * per_pass:(i + 1) * per_pass])
-                  .median_of_round_medians() * 1e3, 3) for i in range(passes)]
 
 
 def _workload_corpus(args, report, srv) -> None:
