@@ -44,11 +44,18 @@ def text_of(parts) -> str:
 
 # (a text may start with separators too: the first token is then not at offset 0)
 LEADING = ["", "", " ", "  (", "\n", ". ", "-"]
-texts = st.tuples(
-    st.sampled_from(LEADING),
-    st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)),
-             min_size=0, max_size=120),
-).map(lambda parts: parts[0] + text_of(parts[1]))
+
+
+def texts_of(words, separators, leading=LEADING, min_size=0, max_size=120):
+    """Texts of ``words``, each followed by one of ``separators``, after a ``leading``."""
+    return st.tuples(
+        st.sampled_from(leading),
+        st.lists(st.tuples(st.sampled_from(words), st.sampled_from(separators)),
+                 min_size=min_size, max_size=max_size),
+    ).map(lambda parts: parts[0] + text_of(parts[1]))
+
+
+texts = texts_of(WORDS, SEPARATORS)
 phrases = st.lists(st.sampled_from(WORDS[:9]), min_size=1, max_size=3).flatmap(
     lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
 
@@ -57,17 +64,21 @@ def fts5_phrase(words, prefix) -> str:
     return '"' + " ".join(words) + '"' + ("*" if prefix else "")
 
 
+def assert_snippet_is_fts5s(fts, columns, query, joiner) -> None:
+    """The Python snippet of ``columns`` for ``query`` (phrases joined by ``joiner``) is
+    FTS5's, where the row matches."""
+    want = sqlite_snippet(fts, columns, joiner.join(fts5_phrase(w, p) for w, p in query))
+    if want is None:
+        return  # the row does not match: no snippet to compare
+    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(content=texts, tool_name=st.one_of(st.none(), st.sampled_from(WORDS)),
        tool_calls=st.one_of(st.none(), texts), query=st.lists(phrases, min_size=1, max_size=3),
        joiner=st.sampled_from([" ", " OR "]))
 def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner):
-    columns = (content, tool_name, tool_calls)
-    expression = joiner.join(fts5_phrase(w, p) for w, p in query)
-    want = sqlite_snippet(fts, columns, expression)
-    if want is None:
-        return  # the row does not match: no snippet to compare
-    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+    assert_snippet_is_fts5s(fts, (content, tool_name, tool_calls), query, joiner)
 
 
 # Text beyond ASCII takes the other tokenizing path (offsets kept for every token): words
@@ -76,11 +87,7 @@ def test_the_snippet_is_fts5s(fts, content, tool_name, tool_calls, query, joiner
 UNICODE_WORDS = ["docker", "deploy", "x1", "记忆", "断裂", "привет", "Привет", "ДОМ", "дом",
                  "straße", "Ωmega"]
 UNICODE_SEPARATORS = SEPARATORS + ["。", "，", " — ", "\u3000", "…"]
-unicode_texts = st.tuples(
-    st.sampled_from(LEADING + ["。"]),
-    st.lists(st.tuples(st.sampled_from(UNICODE_WORDS), st.sampled_from(UNICODE_SEPARATORS)),
-             min_size=0, max_size=120),
-).map(lambda parts: parts[0] + text_of(parts[1]))
+unicode_texts = texts_of(UNICODE_WORDS, UNICODE_SEPARATORS, leading=LEADING + ["。"])
 unicode_phrases = st.lists(st.sampled_from(UNICODE_WORDS), min_size=1, max_size=2).flatmap(
     lambda words: st.booleans().map(lambda prefix: (tuple(w.lower() for w in words), prefix)))
 
@@ -90,22 +97,14 @@ unicode_phrases = st.lists(st.sampled_from(UNICODE_WORDS), min_size=1, max_size=
        query=st.lists(unicode_phrases, min_size=1, max_size=2),
        joiner=st.sampled_from([" ", " OR "]))
 def test_the_snippet_is_fts5s_beyond_ascii(fts, content, tool_calls, query, joiner):
-    columns = (content, None, tool_calls)
-    want = sqlite_snippet(fts, columns, joiner.join(fts5_phrase(w, p) for w, p in query))
-    if want is None:
-        return  # the row does not match: no snippet to compare
-    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+    assert_snippet_is_fts5s(fts, (content, None, tool_calls), query, joiner)
 
 
 # A text mostly in ASCII (a log dump with a few words of other scripts) is split the fast
 # way, its characters beyond ASCII written into the spaced form one by one.
 MOSTLY_ASCII_WORDS = WORDS * 8 + UNICODE_WORDS
-mostly_ascii_texts = st.tuples(
-    st.sampled_from(LEADING),
-    st.lists(st.tuples(st.sampled_from(MOSTLY_ASCII_WORDS),
-                       st.sampled_from(SEPARATORS * 4 + UNICODE_SEPARATORS)),
-             min_size=0, max_size=120),
-).map(lambda parts: parts[0] + text_of(parts[1]))
+MOSTLY_ASCII_SEPARATORS = SEPARATORS * 4 + UNICODE_SEPARATORS
+mostly_ascii_texts = texts_of(MOSTLY_ASCII_WORDS, MOSTLY_ASCII_SEPARATORS)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,11 +112,7 @@ mostly_ascii_texts = st.tuples(
        query=st.lists(st.one_of(phrases, unicode_phrases), min_size=1, max_size=3),
        joiner=st.sampled_from([" ", " OR "]))
 def test_the_snippet_is_fts5s_in_mostly_ascii_text(fts, content, tool_calls, query, joiner):
-    columns = (content, None, tool_calls)
-    want = sqlite_snippet(fts, columns, joiner.join(fts5_phrase(w, p) for w, p in query))
-    if want is None:
-        return  # the row does not match: no snippet to compare
-    assert snippet(columns, [Phrase(w, p) for w, p in query]) == want
+    assert_snippet_is_fts5s(fts, (content, None, tool_calls), query, joiner)
 
 
 # Words whose lower case str.lower writes from the text around them (a final sigma) or
@@ -126,14 +121,10 @@ def test_the_snippet_is_fts5s_in_mostly_ascii_text(fts, content, tool_calls, que
 CASED_BY_CONTEXT = ["ΟΔΟΣ", "ΣΑΣ", "İstanbul", "İ"]
 
 
+# long enough (≥ 60 words) that text beyond ASCII takes the fast split
 @settings(max_examples=300, deadline=None)
-@given(text=st.tuples(
-    st.sampled_from(LEADING),
-    # long enough (≥ 60 words) that text beyond ASCII takes the fast split
-    st.lists(st.tuples(st.sampled_from(MOSTLY_ASCII_WORDS + CASED_BY_CONTEXT),
-                       st.sampled_from(SEPARATORS * 4 + UNICODE_SEPARATORS)),
-             min_size=60, max_size=200),
-).map(lambda parts: parts[0] + text_of(parts[1])))
+@given(text=texts_of(MOSTLY_ASCII_WORDS + CASED_BY_CONTEXT, MOSTLY_ASCII_SEPARATORS,
+                     min_size=60, max_size=200))
 def test_the_fast_split_finds_the_regex_splits_tokens_and_places(text):
     fast, regex = _Column(text), _Column(text, None)
     assert fast.tokens == regex.tokens
