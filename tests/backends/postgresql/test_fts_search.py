@@ -199,6 +199,19 @@ def test_a_match_is_ranked_by_the_or_of_the_querys_positive_words(query, expecte
     assert pq.rank_text(fq.sanitize_fts5_query(query)) == expected
 
 
+@pytest.mark.parametrize("query, expected", [
+    ('"docker build"', "('docker' & 'build')"),
+    ('"exit code"*', "('exit' & 'code':*)"),
+    ('"x y" NOT z OR w', "('x' & 'y' & !'z') | ('w')"),  # a negated word kept
+    ('"a b" OR c NOT "d e"', "('a' & 'b') | ('c')"),  # a negated phrase left out
+    ("snake_case_name", "('snake' & 'case' & 'name')"),
+    ("docker", None), ("dock*", None),  # no phrase: the match itself is as cheap
+    ('docker NOT "compose up"', None),
+])
+def test_a_phrases_candidates_hold_its_words_in_any_order(query, expected):
+    assert pq.candidate_text(fq.sanitize_fts5_query(query)) == expected
+
+
 def test_the_rank_keeps_the_matches_and_orders_short_messages_first(pg_store):
     """Ranked by its words' OR, normalized by length, over the query's matches only: a
     message that holds the phrase in few words comes first, and one that holds the
@@ -229,6 +242,8 @@ def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
     from hermes_store import SessionDB
 
     filler = "log line of a long tool output\n" * 120  # stored out of line, compressed
+    # (phrase's words, a third word, the first long row holding the phrase) by session
+    phrases = {2: [("lily", "rose", "tulip", 0)], 3: [("iris", "fern", "moss", 60)]}
     with SessionDB(pg_url) as db:
         for i, source in enumerate(("cli", "telegram", "discord", "cron")):
             db.create_session(f"p{i}", source)
@@ -258,7 +273,16 @@ def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
                 for n in range(3 * (i == 1))] + [
                 {"role": "assistant", "content": ("why does " * (n % 7)) + "kube-proxy "
                  + ("fail " if n % 2 else "docker ") + "nginx" * (n % 4 == 0)}
-                for n in range(50)])
+                for n in range(50)] + [
+                # a phrase's long candidates, most no match, at bounds above the short
+                # matches' ranks (its words said often): they fill the first pages (``hit``),
+                # matches among them ("lily rose") or only the longest ones ("iris fern")
+                {"role": "tool", "content": f"{a} {b} " * (n % 5 == 0 and n >= late)
+                 + f"{b} {a} {c} " * 40 + "tool output line " * (130 + 7 * n),
+                 "tool_name": "terminal", "tool_call_id": f"{a}{n}"}
+                for a, b, c, late in phrases.get(i, ()) for n in range(70)] + [
+                {"role": "user", "content": f"{a} {b} " + "and a few more words " * (20 + n)}
+                for a, b, _, _ in phrases.get(i, ()) for n in range(25)])
         searches = [("docker", {}), ("kube*", {}), ("docker OR nginx", {}),
                     ('"docker compose"', {}), ("kube-proxy NOT fail", {}),
                     ('docker NOT "compose up"', {}), ("compose", {"limit": 7}),
@@ -267,12 +291,15 @@ def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
                     ("proxy OR compose", {"exclude_sources": ["cron"], "limit": 50}),
                     # found in long messages only, or mostly: ranked again past the page
                     ("kubectl", {}), ('"compose up"', {}), ("line OR kube", {"limit": 30}),
-                    ("zebra", {}), ('"kube proxy"', {}), ('"ant bee"', {"limit": 3})]
+                    ("zebra", {}), ('"kube proxy"', {}), ('"ant bee"', {"limit": 3}),
+                    ('"lily rose"', {}), ('"lily rose"', {"limit": 5}),
+                    ('"lily rose" OR zebra', {}),
+                    ('"lily rose"', {"role_filter": ["tool"], "limit": 5}), ('"iris fern"', {})]
         for query, options in searches:
             page = [hit["id"] for hit in db.search_messages(query, **options)]
             every = [hit["id"] for hit in db.search_messages(query, **{**options, "limit": -1})]
             assert len(every) > len(page) > 0, query
-            assert page == every[:len(page)], (query, options)
+            assert page == every[:options.get("limit", 20)], (query, options)
         # all of a phrase's matches on one page: the rows holding its words otherwise left out
         page = [hit["id"] for hit in db.search_messages('"ant bee"', limit=10)]
         assert page == [hit["id"] for hit in db.search_messages('"ant bee"', limit=-1)]

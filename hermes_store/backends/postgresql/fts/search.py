@@ -68,7 +68,7 @@ from .ddl import (
     TS_CONFIG,
     WORD_INDEX,
 )
-from .tsquery import rank_share, rank_text, tsquery_text
+from .tsquery import candidate_text, rank_share, rank_text, tsquery_text
 from .tsquery import operands as expression_operands
 
 
@@ -116,7 +116,12 @@ def tsquery(expression: str | sa.BindParameter) -> sa.ColumnElement:
 
 def matches(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement[bool]:
     """The word-index condition (served by ``messages_fts``)."""
-    return document(messages).op("@@", return_type=sa.Boolean)(query)
+    return matches_vector(document(messages), query)
+
+
+def matches_vector(vector: sa.ColumnElement, query: sa.ColumnElement) -> sa.ColumnElement[bool]:
+    """``vector @@ query``: a ``tsvector`` read elsewhere matches the query."""
+    return vector.op("@@", return_type=sa.Boolean)(query)
 
 
 #: ``ts_rank``'s normalization: the rank divided by 1 + the logarithm of the document's
@@ -138,6 +143,10 @@ RANK_NORMALIZATION = 1
 LONG_BYTES, BYTES_PER_WORD, RANK_CAP = 2048, 64, 0.1
 #: a first page is picked from this many pages of matches (long ones at their bound)
 FIRST_PAGES = 4
+#: the word route's shape (``PostgresqlSearch.prepare``) for an expression with a phrase
+#: (``tsquery.candidate_text``): its first page checks a long match's word order only
+#: where the match can reach the page (``PostgresqlSearch.best_page``)
+PHRASED = "phrased"
 
 
 def _sql(value) -> sa.ColumnElement:
@@ -343,11 +352,14 @@ class PostgresqlSearch(SearchRoute):
             text = tsquery_text(expression)
             if text is None:
                 return None
-            # a phrase is checked by the index's own recheck: finding its words AND-ed
-            # and checking the order only where a match is ranked cost as much or more
-            # on both corpora (docs/performance.md, issue 32)
-            return None, {"expression": text, "rank_expression": rank_text(expression),
-                          "rank_bound": RANK_CAP * rank_share(expression) * math.log(2)}
+            values = {"expression": text, "rank_expression": rank_text(expression),
+                      "rank_bound": RANK_CAP * rank_share(expression) * math.log(2)}
+            candidates = candidate_text(expression)
+            if candidates is None:
+                return None, values
+            # a phrase: its words' order is checked where the vector is at hand
+            # (``best_page``); the shape names the statement that does so
+            return PHRASED, {**values, "candidates": candidates}
         groups = _trigram_groups(query_terms(expression))
         if not groups:
             return None
@@ -417,17 +429,27 @@ class PostgresqlSearch(SearchRoute):
         matches): the page is theirs. Otherwise the matches are ranked again, once,
         with that relevance as the threshold: a long match whose bound is below it still
         cannot reach the page and keeps its bound.
-        The page is the one ranking every match gives (tested)."""
+
+        A phrase (``shape`` ``PHRASED``) is found by GIN only with the words' order
+        checked on each candidate's vector, and a long message's is stored out of line:
+        reading those was most of a search for a phrase found in long tool outputs. So
+        the first pages are picked from the candidates (``tsquery.candidate_text``:
+        the words in any order, which GIN answers alone), a short one's order checked
+        as it is read, a long one's only once it is among them (``hit``): a long
+        candidate that is no match takes a place there, no page. The page is the one
+        ranking every match gives (tested)."""
         if index != FTS_TABLE or rows is None:
             return super().best_page(index, messages, shape, source, filters, rows)
         # Written once each (``_divided``; short names: the statement's length counts):
         # the queries, in a one-row CTE (q), and the row's length, in a LATERAL subquery (z);
         # p1: the first pages, e1: their relevances, f1: the threshold, p2: the page
-        named = (("expression", "m"), ("rank_expression", "r"))
+        phrased = shape == PHRASED
+        named = (("expression", "m"), ("rank_expression", "r"),
+                 *((("candidates", "c"),) if phrased else ()))
         queries = sa.select(*(sa.func.to_tsquery(sa.literal_column(f"'{TS_CONFIG}'"),
                                                  sa.bindparam(name, type_=sa.Text)).label(label)
                               for name, label in named)).cte("q")
-        match_query, query = (sa.select(c).scalar_subquery() for c in list(queries.c)[:2])
+        match_query, query, *candidates = (sa.select(c).scalar_subquery() for c in queries.c)
         full = matches(messages, match_query)
         length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
         sized = (sa.select((length.c.n > _sql(LONG_BYTES)).label("long"),
@@ -438,19 +460,28 @@ class PostgresqlSearch(SearchRoute):
         key = (-sa.case((long, bound), else_=exact)).label("key1")
         # the vector of a long one only, to be ranked (a short one's rank is its key)
         vector = sa.case((long, document(messages))).label("vector")
+        # a phrase's candidates: its order checked now where the vector is in the row
+        found = sa.and_(matches(messages, candidates[0]), sa.or_(long, full)) if phrased \
+            else full
         first = (sa.select(self.row_id(index, messages).label("page_id"), key, long, vector,
                            bound)
-                 .select_from(source).where(full, *filters)
+                 .select_from(source).where(found, *filters)
                  .order_by(key, messages.c.id).limit(FIRST_PAGES * rows).cte("p1"))
         ranked = sa.case((first.c.long, sa.func.least(_ts_rank(first.c.vector, query),
                                                       first.c.bound)),
                          else_=-first.c.key1)
+        # a match (``phrased``: a long candidate's order checked here, vector in hand)
+        hit = (sa.or_(sa.not_(first.c.long), matches_vector(first.c.vector, match_query))
+               .label("hit"),) if phrased else ()
         exacts = sa.select(first.c.page_id, first.c.key1, first.c.long,
-                           ranked.label("exact")).cte("e1")
-        # the page-th best relevance among them, how many, the last one's key, any long
+                           ranked.label("exact"), *hit).cte("e1")
+        # the page-th best relevance among the matches; of all of them: how many, the
+        # last one's key, any long
         best = sa.func.array_agg(aggregate_order_by(exacts.c.exact,
                                                     exacts.c.exact.desc().nulls_last()),
                                  type_=ARRAY(sa.Float))
+        if phrased:
+            best = best.filter(exacts.c.hit)
         seen = sa.select(best[rows].label("f"), sa.func.count().label("n"),
                          sa.func.max(exacts.c.key1).label("k"),
                          sa.func.bool_or(exacts.c.long).label("l")).subquery("s")
@@ -461,7 +492,8 @@ class PostgresqlSearch(SearchRoute):
                           seen.c.f.label("floor")).cte("f1")
         done = sa.select(stats.c.done).scalar_subquery()
         beyond = sa.and_(long, bound < sa.select(stats.c.floor).scalar_subquery())
-        kept = sa.select(exacts.c.page_id, -exacts.c.exact).where(done)
+        kept = sa.select(exacts.c.page_id, -exacts.c.exact).where(
+            done, *((exacts.c.hit,) if phrased else ()))
         again = (sa.select(self.row_id(index, messages), -sa.case(
                      (beyond, bound), else_=sa.func.least(exact, sa.case((long, bound)))))
                  .select_from(source)
@@ -487,12 +519,15 @@ SEARCH = PostgresqlSearch()
 
 
 __all__ = [
+    "PHRASED",
     "SEARCH",
     "PostgresqlSearch",
     "available_indexes",
-        "document",
+    "candidate_text",
+    "document",
     "indexed_bytes",
     "matches",
+    "matches_vector",
     "rank",
     "rank_text",
     "relevance",

@@ -9,7 +9,9 @@ AND-ed phrases, each possibly negated, with FTS5's precedence (NOT, then AND, th
   ``<->``, ``term*`` as ``'term':*``, AND as ``&``, OR as ``|``, ``a NOT b`` as
   ``a & !b``;
 * :func:`rank_text` — what a match is ranked by: the positive words, OR-ed, and
-  :func:`rank_share`, the least share of them a match holds.
+  :func:`rank_share`, the least share of them a match holds;
+* :func:`candidate_text` — for an expression with a phrase, what every match holds
+  whatever the order of its words: GIN answers it without reading the rows' vectors.
 
 Each is kept per expression: a search repeated (the next page, a refreshed view) need
 not parse it again.
@@ -46,11 +48,17 @@ def _term(text: str, prefix: bool) -> Phrase | None:
     return Phrase(words, prefix) if words else None
 
 
-def _rendered(phrase: Phrase) -> str:
-    """A phrase as tsquery text: its words joined by ``<->``, ``:*`` on a prefix."""
+def _phrase_lexemes(phrase: Phrase) -> list[str]:
+    """A phrase's words as tsquery lexemes, ``:*`` on the last of a prefix."""
     lexemes = [_quoted(w) for w in phrase.words]
     if phrase.prefix:
         lexemes[-1] += ":*"
+    return lexemes
+
+
+def _rendered(phrase: Phrase) -> str:
+    """A phrase as tsquery text: its words joined by ``<->``, ``:*`` on a prefix."""
+    lexemes = _phrase_lexemes(phrase)
     return lexemes[0] if len(lexemes) == 1 else "(" + " <-> ".join(lexemes) + ")"
 
 
@@ -107,6 +115,27 @@ def tsquery_text(sanitized: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
+def candidate_text(sanitized: str) -> str | None:
+    """``tsquery_text`` with each positive phrase's words AND-ed instead of in order, and
+    negated phrases left out: what every match holds (a superset of the matches), which
+    GIN answers from the index alone. None where the expression has no positive phrase
+    of two words or more (``tsquery_text`` is answered as cheaply)."""
+    parts, phrased = [], False
+    for operand in operands(sanitized):
+        if not operand.matchable:
+            continue
+        kept = []
+        for negated, phrase in operand.terms:
+            if len(phrase.words) == 1:
+                kept.append(f"!{_rendered(phrase)}" if negated else _rendered(phrase))
+            elif not negated:
+                phrased = True
+                kept.append(" & ".join(_phrase_lexemes(phrase)))
+        parts.append("(" + " & ".join(kept) + ")")
+    return " | ".join(parts) if phrased else None
+
+
+@functools.lru_cache(maxsize=256)
 def rank_text(sanitized: str) -> str | None:
     """The ``tsquery`` a match is ranked by: every word of the query's positive phrases,
     OR-ed. As BM25 sums each term's score, ``ts_rank`` scores an OR by each word's
@@ -139,4 +168,4 @@ def rank_share(sanitized: str) -> float:
     return min(counts) / (1 + every.count(" | ")) if counts and every else 1.0
 
 
-__all__ = ["operands", "rank_share", "rank_text", "tsquery_text"]
+__all__ = ["candidate_text", "operands", "rank_share", "rank_text", "tsquery_text"]
