@@ -2,8 +2,9 @@
 
 SQLite writes a search hit's snippet in SQL (``snippet(messages_fts, -1, '>>>', '<<<',
 '...', 40)``). An engine whose index cannot (PostgreSQL: ``ts_headline`` parses the
-whole text again on the server, and marks the words *its* parser sees, not the index's) gets the same snippet here, from the same columns and the same
-phrases, by the same rules:
+whole text again on the server, and marks the words *its* parser sees, not the index's)
+gets the same snippet here, from the same columns and the same phrases, by the same
+rules:
 
 * a document is split into tokens where the word index splits it: runs of letters and
   digits (FTS5's ``unicode61``; the PostgreSQL layout splits the same way), compared
@@ -20,7 +21,9 @@ phrases, by the same rules:
   (each piece cut at a NUL character, as FTS5's printf cuts it).
 
 A search prepares its query once (:class:`SnippetQuery`: the phrases, what marks them)
-and cuts each hit's snippet with it; :func:`snippet` does both for one row.
+and cuts each hit's snippet with it; :func:`snippet` does both for one row. A query of
+one phrase over columns no longer than the window (most hits: a message of a few words)
+skips the windows: the column is whole, its instances found by one pattern.
 ``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
 ``snippet()`` over generated rows and queries.
 """
@@ -115,6 +118,10 @@ def _spaced(text: str) -> str | None:
     pieces.append(spaced[at:])
     return "".join(pieces)
 
+
+#: a column of more than this many characters per token of the window is left to the
+#: general path by ``SnippetQuery._whole`` without counting its tokens
+_WHOLE_CHARS = 16
 
 #: ``_Column``'s ``spaced`` when the caller has not tried ``_spaced``
 _NOT_TRIED = object()
@@ -332,7 +339,7 @@ class SnippetQuery:
     positive phrases joined by OR)."""
 
     __slots__ = ("phrases", "operands", "width", "open_mark", "close_mark", "ellipsis",
-                 "_firsts", "_required")
+                 "_firsts", "_required", "_instance")
 
     def __init__(self, phrases: Sequence[Phrase],
                  operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
@@ -351,6 +358,15 @@ class SnippetQuery:
             numbers = frozenset(number for number, _ in self.operands[0])
             if numbers == frozenset(range(len(self.phrases))):
                 self._required = numbers
+        # one phrase, marked wherever it occurs: ``_whole`` finds its instances in a
+        # spaced column's text (token starts after a space or at 0; words apart by
+        # spaces only; overlapping instances found by a lookahead)
+        self._instance = None
+        if len(self.phrases) == 1 and self.phrases[0].words and (
+                self.operands is None or self._required is not None):
+            phrase = self.phrases[0]
+            words = " +".join(map(re.escape, phrase.words)) + ("[^ ]*" if phrase.prefix else "")
+            self._instance = re.compile(f"(?<![^ ])(?=({words})(?![^ ]))")
 
     def _kept(self, parsed) -> set[int] | None:
         """The phrases FTS5 reports instances of (None: all): those of the OR-operands
@@ -371,13 +387,67 @@ class SnippetQuery:
         """The snippet of the row whose indexed ``columns`` are given (None: empty)."""
         if not columns:
             return ""
+        if self._instance is None:
+            return self._general(columns)
+        # each text column's spaced form (``_spaced``; None: split by the regex)
+        spaced = [_spaced(text) if text and isinstance(text, str) else None
+                  for text in columns]
+        whole = self._whole(columns, spaced)
+        return self._general(columns, spaced) if whole is None else whole
+
+    def _whole(self, columns: Sequence[str | None], spaced_forms: list) -> str | None:
+        """The snippet of a one-phrase query where every column holding the phrase is
+        spaced (``_spaced``) and no longer than the window: the column with the most
+        instances (the first of equals: FTS5 scores such a column 1,000 plus one per
+        further instance, with no sentence bonus), whole, each run of overlapping
+        instances marked. None where the general path must decide (a column split by
+        the regex or longer than the window, no instance anywhere, a NUL in the text).
+
+        A message of a few words is most search hits: this takes about 60 % of the
+        general path's time there (docs/performance.md, issue 32)."""
+        best, best_count, first = None, 0, self._firsts[0]
+        for text, spaced in zip(columns, spaced_forms):
+            if not text or not isinstance(text, str):
+                continue
+            if spaced is None:
+                return None
+            if first not in spaced:
+                continue
+            if len(spaced) > _WHOLE_CHARS * self.width:
+                return None  # (as good as surely longer than the window)
+            spans = [m.span(1) for m in self._instance.finditer(spaced)]
+            if not spans:
+                continue
+            # (fewer than 2 × width characters hold at most width tokens)
+            if len(spaced) >= 2 * self.width and len(spaced.split()) > self.width:
+                return None
+            if len(spans) > best_count:
+                best, best_count = (text, spans), len(spans)
+        if best is None or "\x00" in best[0]:  # (``_cut`` cuts each piece at a NUL)
+            return None
+        text, spans = best
+        out, offset, run_start, run_end = [], 0, *spans[0]
+        for start, end in spans[1:]:
+            if start < run_end:  # overlapping instances: one run
+                run_end = max(run_end, end)
+                continue
+            out += [text[offset:run_start], self.open_mark, text[run_start:run_end],
+                    self.close_mark]
+            offset, run_start, run_end = run_end, start, end
+        out += [text[offset:run_start], self.open_mark, text[run_start:run_end],
+                self.close_mark, text[run_end:]]
+        return "".join(out)
+
+    def _general(self, columns: Sequence[str | None], spaced_forms: list | None = None) -> str:
+        """The snippet by FTS5's steps: each column's instances, the best window, the cut
+        (``spaced_forms``: each column's ``_spaced``, where the caller has them)."""
         phrases, firsts = self.phrases, self._firsts
         parsed: list[tuple[_Column | None, list]] = []
-        for text in columns:
+        for number, text in enumerate(columns):
             if not text or not isinstance(text, str):
                 parsed.append((None, []))
                 continue
-            spaced = _spaced(text)
+            spaced = _spaced(text) if spaced_forms is None else spaced_forms[number]
             if spaced is not None:
                 for word in firsts:
                     if word in spaced:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_store.fts.query import SNIPPET_TOKENS
-from hermes_store.fts.snippet import Phrase, _Column, snippet
+from hermes_store.fts.snippet import Phrase, SnippetQuery, _Column, _spaced, snippet
 
 WORDS = ["docker", "compose", "deploy", "deploying", "chat", "send", "alpha", "beta",
          "gamma", "Docker", "DEPLOY", "x1", "42", "kube"]
@@ -133,6 +133,45 @@ def test_the_fast_split_finds_the_regex_splits_tokens_and_places(text):
     assert fast.sentences(len(regex.tokens)) == regex.sentences(len(regex.tokens))
     for word in {t[:2] for t in regex.tokens}:
         assert fast.positions(word, True) == regex.positions(word, True)
+
+
+# A one-phrase query over short columns takes ``SnippetQuery._whole``: the column with
+# the most instances, whole, marked. Phrases of few words, repeated (overlapping
+# instances: "chat chat" in "chat chat chat"), columns around the window's 40 tokens.
+SHORT_WORDS = ["chat", "send", "Chat", "docker", "x1", "chats", "sender"]
+short_texts = texts_of(SHORT_WORDS, SEPARATORS + ["\x00"], max_size=SNIPPET_TOKENS + 4)
+one_phrase = st.lists(st.sampled_from(["chat", "send", "docker"]), min_size=1, max_size=3)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=short_texts, tool_name=st.one_of(st.none(), st.sampled_from(SHORT_WORDS)),
+       tool_calls=st.one_of(st.none(), short_texts), words=one_phrase, prefix=st.booleans(),
+       required=st.booleans())
+def test_a_short_columns_snippet_is_the_general_paths(fts, content, tool_name, tool_calls,
+                                                      words, prefix, required):
+    query = SnippetQuery([Phrase(tuple(words), prefix)], [[(0, False)]] if required else None)
+    columns = (content, tool_name, tool_calls)
+    whole = query._whole(columns, [_spaced(t) if t else None for t in columns])
+    if whole is not None:
+        assert whole == query._general(columns)
+        if "\x00" not in content + (tool_calls or ""):
+            assert_snippet_is_fts5s(fts, columns, [(tuple(words), prefix)], " ")
+
+
+def test_a_short_row_takes_the_whole_column_path():
+    query = SnippetQuery([Phrase(("chat", "send"))], [[(0, False)]])
+    columns = ("Use chat-send, then chat send again.", None, '{"tool": "chat_send"}')
+    spaced = [_spaced(t) if t else None for t in columns]
+    assert query._whole(columns, spaced) == \
+        "Use >>>chat-send<<<, then >>>chat send<<< again."
+    assert query.snippet(columns) == query._general(columns)
+    long = ("chat send " + "word " * 60, None, None)
+    assert query._whole(long, [_spaced(long[0]), None, None]) is None  # the window decides
+    for words in (SNIPPET_TOKENS - 2, SNIPPET_TOKENS - 1):  # the window's size, one more
+        columns = ("chat send " + "w " * words, None, None)
+        whole = query._whole(columns, [_spaced(columns[0]), None, None])
+        assert (whole is None) == (words + 2 > SNIPPET_TOKENS)
+        assert query.snippet(columns) == query._general(columns)
 
 
 def test_text_cased_by_context_short_or_mostly_beyond_ascii_takes_the_regex_split():
