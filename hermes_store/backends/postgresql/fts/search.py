@@ -452,8 +452,10 @@ class PostgresqlSearch(SearchRoute):
         match_query, query, *candidates = (sa.select(c).scalar_subquery() for c in queries.c)
         full = matches(messages, match_query)
         length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
-        sized = (sa.select((length.c.n > _sql(LONG_BYTES)).label("long"),
-                           relevance_bound(_words_norm(length.c.n)).label("bound"))
+        # the bound of a long one only (a short one is ranked): a logarithm less per match
+        long_row = length.c.n > _sql(LONG_BYTES)
+        sized = (sa.select(long_row.label("long"), sa.case(
+                     (long_row, relevance_bound(_words_norm(length.c.n)))).label("bound"))
                  .correlate(messages).lateral("z"))
         source, long = source.join(sized, sa.true()), sized.c.long
         bound, exact = sized.c.bound, _ts_rank(document(messages), query)
