@@ -383,14 +383,18 @@ def test_a_tool_outputs_text_past_a_nul_is_not_searchable(twin):
 
 def test_a_hits_context_shows_its_long_neighbours_as_sqlite_does(twin):
     """A neighbour's context is its first 200 characters; PostgreSQL sends a long
-    neighbour's head only (``head_or_whole``) unless the head holds the codec's escape:
-    U+0001 or U+0000 before, at and after the cut, and a multimodal neighbour, give
+    neighbour's head only (``head_or_whole``) unless the head holds the codec's escape,
+    and a short one (at most 4 bytes a character of the head) whole:
+    U+0001 or U+0000 before, at and after the cut, and a multimodal neighbour, long and
+    short, and text of two-byte characters around 200 characters and 800 bytes, give
     SQLite's context."""
     long_tail = " log line" * 400
     neighbours = ["plain" + long_tail, "x" * 199 + "\x01" + long_tail,
                   "x" * 198 + "\x00" + long_tail, "x" * 200 + "\x01\x00" + long_tail,
                   "\x01" * 150 + long_tail, "é" * 300 + long_tail,
-                  [{"type": "text", "text": "seen" + long_tail}, {"type": "image_url"}]]
+                  [{"type": "text", "text": "seen" + long_tail}, {"type": "image_url"}],
+                  "x" * 199 + "\x01" + "y" * 150, "\x00" + "z" * 300, "é" * 250, "é" * 401,
+                  [{"type": "text", "text": "seen" + "w" * 250}, {"type": "image_url"}]]
     for n, neighbour in enumerate(neighbours):
         sid = f"s{n}"
         twin("create_session", sid, "cli")

@@ -66,15 +66,22 @@ def _flat_head_postgresql(element, compiler, **kw):
                          f"ELSE {sql_before_nul(sql, element.count)} END")
 
 
+#: a text of at most this many bytes per character of the head is read whole
+#: (``head_or_whole``): cutting it cost the server more than sending it (two ``left()``
+#: and a ``strpos``: a search's 40 neighbours 0.1–0.17 ms; docs/performance.md, issue 32)
+_WHOLE_BYTES_PER_CHAR = 4
+
+
 @compiles(head_or_whole, "postgresql")
 def _head_or_whole_postgresql(element, compiler, **kw):
     # left() reads only a stored value's head (a compressed one is decompressed that far);
     # a head holding the escape could end inside a pair, or hold fewer characters than
     # the codec gives back: the whole text then (the multimodal marker is one such)
     (text,) = element.clauses
-    sql = compiler.process(text, **kw)
-    head = f"left({sql}, {int(element.count)})"
-    return f"CASE WHEN {sql_plain(head)} THEN {head} ELSE {sql} END"
+    sql, count = compiler.process(text, **kw), int(element.count)
+    head = f"left({sql}, {count})"
+    return (f"CASE WHEN octet_length({sql}) <= {count * _WHOLE_BYTES_PER_CHAR} THEN {sql} "
+            f"WHEN {sql_plain(head)} THEN {head} ELSE {sql} END")
 
 
 @compiles(text_length, "postgresql")
