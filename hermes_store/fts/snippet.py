@@ -396,11 +396,11 @@ class SnippetQuery:
         return self._general(columns, spaced) if whole is None else whole
 
     def _whole(self, columns: Sequence[str | None], spaced_forms: list) -> str | None:
-        """The snippet of a one-phrase query where every column holding the phrase is
-        spaced (``_spaced``) and no longer than the window: the column with the most
-        instances (the first of equals: FTS5 scores such a column 1,000 plus one per
-        further instance, with no sentence bonus), whole, each run of overlapping
-        instances marked. None where the general path must decide (a column split by
+        """The snippet of a one-phrase query where every text column is spaced
+        (``_spaced``) and every one holding the phrase no longer than the window: the
+        column with the most instances (the first of equals: FTS5 scores such a column
+        1,000 plus one per further instance, with no sentence bonus), whole, each run of
+        overlapping instances marked. None where the general path must decide (a column split by
         the regex or longer than the window, no instance anywhere, a NUL in the text).
 
         A message of a few words is most search hits: this takes about 60 % of the

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 #: the columns of ``messages`` a search reads as text (not ``fts_document``: pglz
-#: leaves a ``tsvector`` uncompressed, lz4 would not, and a phrase query reads every
-#: candidate's)
+#: leaves a ``tsvector`` uncompressed, lz4 would not, and a search reads the vectors of
+#: the candidates it ranks)
 LZ4_COLUMNS = ("content", "tool_calls")
 
 _HAS_LZ4 = ("SELECT 'lz4' = ANY(enumvals) FROM pg_settings "

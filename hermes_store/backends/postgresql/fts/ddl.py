@@ -24,10 +24,10 @@ The two indexes keep the names and the scope of SQLite's layout 3
 Compacted and rewound rows stay in both indexes: visibility is a query filter.
 
 Why a maintained column for the words and an expression for the trigrams (the
-measurements: docs/postgres.md): a ranked or phrase query must read each candidate's
-``tsvector`` (``ts_rank``, and the recheck GIN needs for ``<->``), which an expression
-index recomputes for every candidate; a stored generated column is recomputed only when one of its source columns
-changes (flag and counter updates do not pay). A trigram recheck only evaluates
+measurements: docs/postgres.md): a ranked or phrase query must read the ``tsvector``
+of the candidates it ranks (``ts_rank``, and the word order of ``<->``), which an
+expression index recomputes for each; a stored generated column is recomputed only when
+one of its source columns changes (flag and counter updates do not pay). A trigram recheck only evaluates
 ``ILIKE`` on the row's text, so an expression index costs nothing extra there. The
 session rule needs another table, which neither an index predicate nor a generated
 column may read: hence the trigger-kept flag.

@@ -318,8 +318,9 @@ _LAYER_MISSING = frozenset({"42703", "42883", "42P01"})
 
 
 class PostgresqlSearch(SearchRoute):
-    """How a full-text route is written on PostgreSQL (``backends.base.SearchRoute``): the indexes live on ``messages`` itself, so a route's
-    source is ``messages`` and its row id ``messages.id``."""
+    """How a full-text route is written on PostgreSQL (``backends.facets.SearchRoute``):
+    the indexes live on ``messages`` itself, so a route's source is ``messages`` and its
+    row id ``messages.id``."""
 
     name = "postgresql"
     #: a failed statement aborts the whole read transaction here, so the LIKE scan
