@@ -70,6 +70,9 @@ _SENTENCE_END = re.compile(r"[.:][ \t\n\r]+")
 #: a quarter of the time of the character class over the text
 _SENTENCE_MARKS = bytes(80 if c in b".:" else 83 if c in b" \t\n\r" else 120 for c in range(256))
 _SENTENCE_END_MARKS = re.compile(rb"PS+")
+#: a column of more than this many characters per token of the window is left to the
+#: general path by ``SnippetQuery._whole`` without counting its tokens
+_WHOLE_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -118,10 +121,6 @@ def _spaced(text: str) -> str | None:
     pieces.append(spaced[at:])
     return "".join(pieces)
 
-
-#: a column of more than this many characters per token of the window is left to the
-#: general path by ``SnippetQuery._whole`` without counting its tokens
-_WHOLE_CHARS = 16
 
 #: ``_Column``'s ``spaced`` when the caller has not tried ``_spaced``
 _NOT_TRIED = object()
@@ -316,18 +315,19 @@ class _Windows:
         return max(centred, 0)
 
 
-def _coalesced(instances, start: int) -> list[tuple[int, int]]:
-    """Instances as (first, last) token runs, overlapping ones merged: those that begin
-    at token ``start`` or later (a run begun before the window is not marked)."""
+def _merged(spans) -> list[tuple[int, int]]:
+    """Half-open (start, end) spans, sorted by start, with each run of overlapping ones
+    merged into one (FTS5 marks overlapping instances as one)."""
     runs: list[tuple[int, int]] = []
-    for at, _, length in instances:
-        end = at + length - 1
-        if runs and at <= runs[-1][1]:
-            if end > runs[-1][1]:
-                runs[-1] = (runs[-1][0], end)
-        else:
-            runs.append((at, end))
-    return [run for run in runs if run[0] >= start] if start else runs
+    reach = -1  # the end of the last run
+    for start, end in spans:
+        if start >= reach:
+            runs.append((start, end))
+            reach = end
+        elif end > reach:
+            runs[-1] = (runs[-1][0], end)
+            reach = end
+    return runs
 
 
 class SnippetQuery:
@@ -389,7 +389,9 @@ class SnippetQuery:
             return ""
         if self._instance is None:
             return self._general(columns)
-        # each text column's spaced form (``_spaced``; None: split by the regex)
+        # each text column's spaced form (``_spaced``; None: split by the regex), made
+        # once for both paths (a query that has no whole path splits inline: a list
+        # made for it alone cost its hits 1 µs each)
         spaced = [_spaced(text) if text and isinstance(text, str) else None
                   for text in columns]
         whole = self._whole(columns, spaced)
@@ -400,8 +402,9 @@ class SnippetQuery:
         (``_spaced``) and every one holding the phrase no longer than the window: the
         column with the most instances (the first of equals: FTS5 scores such a column
         1,000 plus one per further instance, with no sentence bonus), whole, each run of
-        overlapping instances marked. None where the general path must decide (a column split by
-        the regex or longer than the window, no instance anywhere, a NUL in the text).
+        overlapping instances marked. None where the general path must decide (a column
+        split by the regex or longer than the window, no instance anywhere, a NUL in the
+        text).
 
         A message of a few words is most search hits: this takes about 60 % of the
         general path's time there (docs/performance.md, issue 32)."""
@@ -426,16 +429,11 @@ class SnippetQuery:
         if best is None or "\x00" in best[0]:  # (``_cut`` cuts each piece at a NUL)
             return None
         text, spans = best
-        out, offset, run_start, run_end = [], 0, *spans[0]
-        for start, end in spans[1:]:
-            if start < run_end:  # overlapping instances: one run
-                run_end = max(run_end, end)
-                continue
-            out += [text[offset:run_start], self.open_mark, text[run_start:run_end],
-                    self.close_mark]
-            offset, run_start, run_end = run_end, start, end
-        out += [text[offset:run_start], self.open_mark, text[run_start:run_end],
-                self.close_mark, text[run_end:]]
+        out, offset = [], 0
+        for start, end in _merged(spans):
+            out += [text[offset:start], self.open_mark, text[start:end], self.close_mark]
+            offset = end
+        out.append(text[offset:])
         return "".join(out)
 
     def _general(self, columns: Sequence[str | None], spaced_forms: list | None = None) -> str:
@@ -515,9 +513,14 @@ class SnippetQuery:
         # each place is counted from the last one found (``known``), not from the start
         known = (start, column.start_of(start)) if start else None
         offset = known[1] if start else 0
-        for first, final in _coalesced(instances, start):
+        # the instances' token runs, overlapping ones merged; a run begun before the
+        # window is not marked
+        for first, after in _merged([(at, at + length) for at, _, length in instances]):
+            if first < start:
+                continue
             if first > stop:
                 break
+            final = after - 1
             begin = column.start_of(first, known=known)
             known = (first, begin)
             out += [text[offset:begin], open_mark]

@@ -143,6 +143,11 @@ short_texts = texts_of(SHORT_WORDS, SEPARATORS + ["\x00"], max_size=SNIPPET_TOKE
 one_phrase = st.lists(st.sampled_from(["chat", "send", "docker"]), min_size=1, max_size=3)
 
 
+def spaced_forms(columns) -> list:
+    """Each column's ``_spaced`` form, as ``SnippetQuery.snippet`` hands them on."""
+    return [_spaced(text) if text else None for text in columns]
+
+
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(content=short_texts, tool_name=st.one_of(st.none(), st.sampled_from(SHORT_WORDS)),
        tool_calls=st.one_of(st.none(), short_texts), words=one_phrase, prefix=st.booleans(),
@@ -151,9 +156,9 @@ def test_a_short_columns_snippet_is_the_general_paths(fts, content, tool_name, t
                                                       words, prefix, required):
     query = SnippetQuery([Phrase(tuple(words), prefix)], [[(0, False)]] if required else None)
     columns = (content, tool_name, tool_calls)
-    whole = query._whole(columns, [_spaced(t) if t else None for t in columns])
+    whole = query._whole(columns, spaced_forms(columns))
     if whole is not None:
-        assert whole == query._general(columns)
+        assert whole == query._general(columns, spaced_forms(columns))
         if "\x00" not in content + (tool_calls or ""):
             assert_snippet_is_fts5s(fts, columns, [(tuple(words), prefix)], " ")
 
@@ -161,17 +166,16 @@ def test_a_short_columns_snippet_is_the_general_paths(fts, content, tool_name, t
 def test_a_short_row_takes_the_whole_column_path():
     query = SnippetQuery([Phrase(("chat", "send"))], [[(0, False)]])
     columns = ("Use chat-send, then chat send again.", None, '{"tool": "chat_send"}')
-    spaced = [_spaced(t) if t else None for t in columns]
-    assert query._whole(columns, spaced) == \
+    assert query._whole(columns, spaced_forms(columns)) == \
         "Use >>>chat-send<<<, then >>>chat send<<< again."
-    assert query.snippet(columns) == query._general(columns)
+    assert query.snippet(columns) == query._general(columns, spaced_forms(columns))
     long = ("chat send " + "word " * 60, None, None)
-    assert query._whole(long, [_spaced(long[0]), None, None]) is None  # the window decides
+    assert query._whole(long, spaced_forms(long)) is None  # the window decides
     for words in (SNIPPET_TOKENS - 2, SNIPPET_TOKENS - 1):  # the window's size, one more
         columns = ("chat send " + "w " * words, None, None)
-        whole = query._whole(columns, [_spaced(columns[0]), None, None])
+        whole = query._whole(columns, spaced_forms(columns))
         assert (whole is None) == (words + 2 > SNIPPET_TOKENS)
-        assert query.snippet(columns) == query._general(columns)
+        assert query.snippet(columns) == query._general(columns, spaced_forms(columns))
 
 
 def test_text_cased_by_context_short_or_mostly_beyond_ascii_takes_the_regex_split():

@@ -27,10 +27,10 @@ Why a maintained column for the words and an expression for the trigrams (the
 measurements: docs/postgres.md): a ranked or phrase query must read the ``tsvector``
 of the candidates it ranks (``ts_rank``, and the word order of ``<->``), which an
 expression index recomputes for each; a stored generated column is recomputed only when
-one of its source columns changes (flag and counter updates do not pay). A trigram recheck only evaluates
-``ILIKE`` on the row's text, so an expression index costs nothing extra there. The
-session rule needs another table, which neither an index predicate nor a generated
-column may read: hence the trigger-kept flag.
+one of its source columns changes (flag and counter updates do not pay). A trigram
+recheck only evaluates ``ILIKE`` on the row's text, so an expression index costs nothing
+extra there. The session rule needs another table, which neither an index predicate nor
+a generated column may read: hence the trigger-kept flag.
 
 A ``tsvector`` holds at most 1 MiB: ``hermes_fts_vector`` indexes a document that would
 exceed it by its longest prefix that fits (such a message is still stored whole). Word

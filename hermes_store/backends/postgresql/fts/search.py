@@ -450,7 +450,9 @@ class PostgresqlSearch(SearchRoute):
         queries = sa.select(*(sa.func.to_tsquery(sa.literal_column(f"'{TS_CONFIG}'"),
                                                  sa.bindparam(name, type_=sa.Text)).label(label)
                               for name, label in named)).cte("q")
-        match_query, query, *candidates = (sa.select(c).scalar_subquery() for c in queries.c)
+        subquery = {label: sa.select(column).scalar_subquery()
+                    for (_, label), column in zip(named, queries.c)}
+        match_query, query = subquery["m"], subquery["r"]
         full = matches(messages, match_query)
         length = sa.select(indexed_bytes(messages).label("n")).correlate(messages).subquery("b")
         # the bound of a long one only (a short one is ranked): a logarithm less per match
@@ -464,7 +466,7 @@ class PostgresqlSearch(SearchRoute):
         # the vector of a long one only, to be ranked (a short one's rank is its key)
         vector = sa.case((long, document(messages))).label("vector")
         # a phrase's candidates: its order checked now where the vector is in the row
-        found = sa.and_(matches(messages, candidates[0]), sa.or_(long, full)) if phrased \
+        found = sa.and_(matches(messages, subquery["c"]), sa.or_(long, full)) if phrased \
             else full
         first = (sa.select(self.row_id(index, messages).label("page_id"), key, long, vector,
                            bound)

@@ -72,10 +72,23 @@ class _Operand:
     def matchable(self) -> bool:
         return any(not negated for negated, _ in self.terms)  # else FTS5 matches nothing
 
-    def render(self) -> str | None:
+    @property
+    def phrased(self) -> bool:
+        """Whether a positive phrase of two words or more is among the terms."""
+        return any(not negated and len(p.words) > 1 for negated, p in self.terms)
+
+    def render(self, *, in_any_order: bool = False) -> str | None:
+        """The operand as tsquery text; ``in_any_order``: each phrase's words AND-ed,
+        a negated phrase left out (what every match holds: ``candidate_text``)."""
         if not self.matchable:
             return None
-        kept = [f"!{_rendered(p)}" if negated else _rendered(p) for negated, p in self.terms]
+        kept = []
+        for negated, phrase in self.terms:
+            if in_any_order and len(phrase.words) > 1:
+                if not negated:
+                    kept.append(" & ".join(_phrase_lexemes(phrase)))
+                continue
+            kept.append(f"!{_rendered(phrase)}" if negated else _rendered(phrase))
         return "(" + " & ".join(kept) + ")"
 
 
@@ -120,19 +133,10 @@ def candidate_text(sanitized: str) -> str | None:
     negated phrases left out: what every match holds (a superset of the matches), which
     GIN answers from the index alone. None where the expression has no positive phrase
     of two words or more (``tsquery_text`` is answered as cheaply)."""
-    parts, phrased = [], False
-    for operand in operands(sanitized):
-        if not operand.matchable:
-            continue
-        kept = []
-        for negated, phrase in operand.terms:
-            if len(phrase.words) == 1:
-                kept.append(f"!{_rendered(phrase)}" if negated else _rendered(phrase))
-            elif not negated:
-                phrased = True
-                kept.append(" & ".join(_phrase_lexemes(phrase)))
-        parts.append("(" + " & ".join(kept) + ")")
-    return " | ".join(parts) if phrased else None
+    found = [o for o in operands(sanitized) if o.matchable]
+    if not any(o.phrased for o in found):
+        return None
+    return " | ".join(o.render(in_any_order=True) for o in found)
 
 
 @functools.lru_cache(maxsize=256)
