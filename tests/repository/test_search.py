@@ -210,7 +210,8 @@ def _write_before(db, write, last):
     selects = []
 
     def before(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().startswith("SELECT messages"):
+        # (a first page on PostgreSQL opens with its CTEs)
+        if statement.lstrip().startswith(("SELECT messages", "WITH ")):
             selects.append(statement)
             if last(statement) and write not in selects:
                 selects.append(write)

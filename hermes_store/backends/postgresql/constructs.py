@@ -135,7 +135,9 @@ def _like_nocase_postgresql(element, compiler, **kw):
 
 class before_nul(FunctionElement):
     """This engine's: the (escaped) text up to its first U+0000, as SQLite's C-string
-    readers see it — its LIKE, and FTS5's trigram tokenizer (``fts/search.py``)."""
+    readers see it — FTS5's trigram tokenizer (``fts/search.py``). One regular
+    expression, no test for text without an escape first: it is read where a row
+    holds one (``unescaped`` failed), and the test would lengthen the statement only."""
 
     type = sa.Text()
     inherit_cache = True
@@ -146,7 +148,7 @@ class before_nul(FunctionElement):
 def _before_nul_postgresql(element, compiler, **kw):
     (text,) = element.clauses
     sql = compiler.process(text, **kw)
-    return f"CASE WHEN {sql_plain(sql)} THEN {sql} ELSE {sql_before_nul(sql)} END"
+    return sql_before_nul(sql)
 
 
 class unescaped(FunctionElement):

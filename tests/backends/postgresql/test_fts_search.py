@@ -315,6 +315,83 @@ def test_a_first_page_is_the_page_ranking_every_match_gives(pg_url):
                 assert [hit["id"] for hit in db.search_messages(query)] == by_ts_rank, query
 
 
+def _substring_way(db, query: str, **options) -> int:
+    """Which way the trigram route's first page was read (``pq._WHOLE``, ``_NARROW``,
+    ``_EVERY``): the branch of the page's ``UNION ALL`` whose plan ran."""
+    statements = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "t1" in statement:
+            statements.append((statement, parameters))
+
+    sa.event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        db.search_messages(query, **options)
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", record)
+    (statement, parameters), = statements
+    with db.engine.connect() as conn:
+        cursor = conn.connection.dbapi_connection.cursor()
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters)
+        plan = cursor.fetchone()[0]
+        conn.rollback()
+
+    def appends(node):
+        if node["Node Type"] == "Append":
+            yield node
+        for child in node.get("Plans", ()):
+            yield from appends(child)
+
+    (union,) = appends(plan[0]["Plan"])
+    ran = [i for i, branch in enumerate(union["Plans"])
+           if any(inner["Actual Loops"] for inner in branch["Plans"]
+                  if inner.get("Parent Relationship") == "Outer")]
+    (way,) = ran
+    return way
+
+
+def test_a_substring_first_page_is_the_smallest_ids_of_every_match(pg_url):
+    """The trigram route's first page (``_substring_page``) reads the first matches as
+    stored, then the key's range up to the largest of their ids, or every match: each
+    way, it is the page sorting every match gives — also where rows with small ids were
+    moved to the end of the table (rewritten), so that the order they are stored in is
+    not id order."""
+    from hermes_store import SessionDB
+
+    with SessionDB(pg_url) as db:
+        db.create_session("a", "cli")
+        db.append_messages("a", [
+            {"role": "user" if n % 2 else "assistant",
+             "content": f"note {n} " + "数据库 " * (n % 3 == 0) + "记忆断裂 " * (n % 60 == 7)
+             + "甲乙丙丁 " * (n % 150 == 11) + "迁移中 " * (n % 9 == 0) + "服务器" * (n % 8 == 5)}
+            for n in range(1200)])
+        with db.engine.begin() as conn:
+            first_ids = conn.execute(sa.text(
+                "(SELECT id FROM messages WHERE content LIKE '%数据库%' ORDER BY id LIMIT 5) "
+                "UNION ALL (SELECT id FROM messages WHERE content LIKE '%记忆断裂%' "
+                "ORDER BY id LIMIT 3)")).scalars().all()
+            # a rewritten row is stored anew after the full pages: stored order is not id order
+            conn.execute(sa.text("UPDATE messages SET content = content WHERE id = ANY(:ids)"),
+                         {"ids": first_ids})
+            last_block = sa.text("SELECT (ctid::text::point)[0] FROM messages WHERE id = :id")
+            newest = conn.execute(sa.text("SELECT max(id) FROM messages")).scalar()
+            assert all(conn.execute(last_block, {"id": i}).scalar()
+                       >= conn.execute(last_block, {"id": newest}).scalar() for i in first_ids)
+        searches = [("甲乙丙丁", {}, pq._WHOLE),
+                    ("数据库", {}, pq._NARROW), ("数据库", {"limit": 7}, pq._NARROW),
+                    # stored in id order: the first matches read are the page's, x its last id
+                    ("服务器", {}, pq._NARROW),
+                    ("数据库 NOT 迁移中", {}, pq._NARROW),
+                    ("数据库", {"role_filter": ["user"]}, pq._NARROW),
+                    ("记忆断裂", {}, pq._EVERY), ("记忆断裂 OR 甲乙丙丁", {"limit": 25}, pq._EVERY)]
+        for query, options, way in searches:
+            page = [hit["id"] for hit in db.search_messages(query, **options)]
+            every = [hit["id"] for hit in db.search_messages(query, **{**options, "limit": -1})]
+            assert every == sorted(every) and page == every[:options.get("limit", 20)], query
+            assert bool(set(first_ids) & set(every[:5])) == (query not in ("甲乙丙丁", "服务器"))
+            assert _substring_way(db, query, **options) == way, (query, options)
+
+
 @pytest.mark.parametrize("query, operator", [
     ("数据库", "LIKE"), ("天气很好", "LIKE"), ("服务端Config", "ILIKE"), ("ÉTÉ服务端", "ILIKE")])
 def test_a_substring_without_cased_letters_is_compared_as_bytes(query, operator):

@@ -20,6 +20,8 @@ expressed in SQL:
     escaped; ``LIKE`` for a term without cased letters) of the trigram document
     (:func:`trigram_document`), combined with the same AND/OR/NOT rules, restricted to
     the index's scope (``fts_trigram_scope``) — the shape ``messages_fts_trigram`` serves.
+    Its pages are in id order; a first page reads about as many matches as it holds
+    where the term is common (``PostgresqlSearch._substring_page``).
 ``ROUTE_LIKE`` (CJK terms too short for trigrams)
     Needs no index, so it is written once for both engines in ``repository.search``
     (``dialect.like_nocase``: LIKE as SQLite matches it).
@@ -45,6 +47,7 @@ import re
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
+from sqlalchemy.sql.util import ClauseAdapter
 
 from ....fts.layout import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
 from ....fts.query import (
@@ -143,6 +146,13 @@ RANK_NORMALIZATION = 1
 LONG_BYTES, BYTES_PER_WORD, RANK_CAP = 2048, 64, 0.1
 #: a first page is picked from this many pages of matches (long ones at their bound)
 FIRST_PAGES = 4
+#: the trigram route's first page (``PostgresqlSearch._substring_page``): reading one
+#: match's heap page costs about what this many ids of the primary key's range cost in
+#: a bitmap (25–46 on the benchmark machine: docs/performance.md)
+IDS_PER_MATCH_READ = 32
+#: its three ways: the first matches read are all of them; the key's range up to the
+#: largest of theirs; every match, sorted
+_WHOLE, _NARROW, _EVERY = 0, 1, 2
 #: the word route's shape (``PostgresqlSearch.prepare``) for an expression with a phrase
 #: (``tsquery.candidate_text``): its first page checks a long match's word order only
 #: where the match can reach the page (``PostgresqlSearch.best_page``)
@@ -252,7 +262,8 @@ def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
                 pattern = _once(sa.bindparam(_trigram_param(g, i), type_=sa.Text))
                 # a term without cased letters (CJK) is found alike in either case: LIKE
                 # compares bytes, where ILIKE folds every candidate's text first
-                found = (doc.like if caseless else doc.ilike)(pattern, escape="\\")
+                # (the escape is PostgreSQL's default: backslash, as ``_escape_like`` writes)
+                found = (doc.like if caseless else doc.ilike)(pattern)
                 parts.append(sa.not_(found) if negated else found)
         groups.append(sa.and_(sa.true(), *parts))
     return sa.or_(*groups)
@@ -418,7 +429,8 @@ class PostgresqlSearch(SearchRoute):
 
     def best_page(self, index: str, messages: sa.Table, shape, source: sa.FromClause,
                   filters: tuple, rows: int | None) -> sa.Select:
-        """A first page of the word route, ranking only what can reach it.
+        """A first page of the word route, ranking only what can reach it (the trigram
+        route's: ``_substring_page``).
 
         Ranking reads a match's ``tsvector``; a long message's is stored out of line, and
         reading those was most of a search for a word found in many long tool outputs.
@@ -439,8 +451,10 @@ class PostgresqlSearch(SearchRoute):
         as it is read, a long one's only once it is among them (``hit``): a long
         candidate that is no match takes a place there, no page. The page is the one
         ranking every match gives (tested)."""
-        if index != FTS_TABLE or rows is None:
+        if rows is None:
             return super().best_page(index, messages, shape, source, filters, rows)
+        if index != FTS_TABLE:
+            return self._substring_page(index, messages, shape, source, filters, rows)
         # Written once each (``_divided``; short names: the statement's length counts):
         # the queries, in a one-row CTE (q), and the row's length, in a LATERAL subquery (z);
         # p1: the first pages, e1: their relevances, f1: the threshold, p2: the page
@@ -507,6 +521,63 @@ class PostgresqlSearch(SearchRoute):
         page_id, page_rank = page.c
         return (sa.select(page_id.label("page_id"), page_rank.label("page_rank"))
                 .order_by(page_rank, page_id))
+
+    def _substring_page(self, index: str, messages: sa.Table, shape, source: sa.FromClause,
+                        filters: tuple, rows: int) -> sa.Select:
+        """A first page of the trigram route: the ``rows`` matches of smallest id, reading
+        about as many matches as the page holds when the term is common.
+
+        Sorting every match by id reads each one's heap page (the ``LIKE`` recheck, the
+        filters): a CJK term in one message in seventy was 1,365 pages a page. So the
+        first ``rows`` matches are read as the index hands them over (``t1``: the
+        order they are stored in, which is about id order, as messages are appended).
+        Fewer than ``rows``: they are every match. Otherwise ``rows`` matches have an id
+        up to the largest of theirs (x), so the page is the smallest ids among the
+        matches of the key's range from the table's first id to x, read through the
+        primary key and the trigram index together (a ``BitmapAnd``); where that range
+        is too wide to pay (``IDS_PER_MATCH_READ``), every match is sorted as before.
+        Each way the page is the one sorting every match gives (tested); the order
+        things are stored in decides the cost only."""
+        # the matches are read three ways: under a one-letter name, the statement stays
+        # short enough for psycopg to keep its parsed form (4 kB: ``_divided``)
+        short = messages.alias("m")
+        m, adapted = short.c, ClauseAdapter(short).traverse
+        source, filters = adapted(source), tuple(adapted(f) for f in filters)
+
+        def matching() -> sa.Select:
+            return (sa.select(m.id.label("page_id")).select_from(source)
+                    .where(self.condition(index, short, shape), *filters))
+
+        first = matching().limit(rows).cte("t1")
+        seen = sa.select(sa.func.count().label("n"),
+                         sa.func.max(first.c.page_id).label("x")).subquery("s")
+        ends = sa.select(sa.func.min(m.id).label("lo"), sa.func.max(m.id).label("hi")) \
+            .subquery("e")
+        # the way the page is read (``WHOLE``, ``NARROW``, ``EVERY``): matches expected in
+        # all ≈ rows × (hi − lo) ÷ (x − lo); reading the key's range of x − lo ids pays
+        # when it costs less than reading each of them
+        width = sa.cast(seen.c.x - ends.c.lo, sa.Float)
+        way = sa.case(
+            (seen.c.n < _sql(rows), _sql(_WHOLE)),
+            (width * width < _sql(float(IDS_PER_MATCH_READ * rows)) * (ends.c.hi - ends.c.lo),
+             _sql(_NARROW)),
+            else_=_sql(_EVERY))
+        gate = (sa.select(seen.c.x, ends.c.lo, way.label("way"))
+                .select_from(seen.join(ends, sa.true())).cte("t2"))
+
+        def once(value: sa.ColumnElement) -> sa.ColumnElement:
+            return sa.select(value).scalar_subquery()
+
+        def read(this_way: int) -> sa.ColumnElement[bool]:
+            return once(gate.c.way) == _sql(this_way)
+
+        page = sa.union_all(
+            sa.select(first.c.page_id).where(read(_WHOLE)),
+            matching().where(read(_NARROW), m.id.between(once(gate.c.lo), once(gate.c.x))),
+            matching().where(read(_EVERY)),
+        ).subquery("p")
+        return (sa.select(page.c.page_id, self.rank(index, messages, shape).label("page_rank"))
+                .order_by(page.c.page_id))
 
     def snippet(self, index: str, messages: sa.Table, shape) -> sa.ColumnElement | None:
         # Both routes' snippets are cut in Python from the row (``text_snippet``); on
