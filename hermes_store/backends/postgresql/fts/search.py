@@ -35,7 +35,7 @@ its backend for (``Backend.search``): the
 word route binds the tsquery text as one parameter; the trigram route's statement has
 one ``ILIKE`` parameter per term, so its shape is the AND/OR/NOT structure of the terms,
 and its snippets (``>>>``/``<<<`` around each matched substring) are cut in Python
-(:func:`substring_snippet`). Each hit's neighbours (the context) are LATERAL rows
+(``substrings.substring_snippet``). Each hit's neighbours (the context) are LATERAL rows
 (``lateral_context``).
 """
 
@@ -43,22 +43,13 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.sql.util import ClauseAdapter
 
 from ....fts.layout import FTS_TABLE, TOOL_CONTENT_PREFIX_CHARS, TRIGRAM_TABLE
-from ....fts.query import (
-    LIKE_SNIPPET_CHARS,
-    LIKE_SNIPPET_LEAD,
-    SNIPPET_CLOSE,
-    SNIPPET_ELLIPSIS,
-    SNIPPET_OPEN,
-    Term,
-    query_terms,
-)
+from ....fts.query import query_terms
 from ....fts.snippet import Phrase, SnippetQuery
 from ...facets import SearchRoute
 from ..constructs import before_nul, unescaped
@@ -71,6 +62,7 @@ from .ddl import (
     TS_CONFIG,
     WORD_INDEX,
 )
+from .substrings import escape_like, substring_snippet, term_groups
 from .tsquery import candidate_text, rank_share, rank_text, tsquery_text
 from .tsquery import operands as expression_operands
 
@@ -206,10 +198,6 @@ def rank(messages: sa.FromClause, query: sa.ColumnElement) -> sa.ColumnElement:
     return -relevance(messages, query)
 
 
-def _escape_like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 def trigram_document(messages: sa.FromClause) -> sa.ColumnElement[str]:
     m = messages.c
     return getattr(sa.func, TRIGRAM_DOCUMENT_FUNCTION)(m.content, m.tool_name, type_=sa.Text)
@@ -231,23 +219,6 @@ def available_indexes(conn: sa.Connection) -> frozenset[str]:
 # --------------------------------------------------------------------------- the routes
 
 
-def _trigram_groups(terms: list[Term]) -> list[list[tuple[bool, str]]]:
-    """The terms as OR-groups of (negated, text), with FTS5's precedence: NOT binds to
-    the next term, AND (implicit or written) joins the terms of a group, OR separates
-    groups."""
-    groups: list[list[tuple[bool, str]]] = [[]]
-    negate_next = False
-    for term in terms:
-        if term.is_operator:
-            if term.text == "OR":
-                groups.append([])
-            negate_next = term.text == "NOT"
-            continue
-        groups[-1].append((negate_next, term.text))
-        negate_next = False
-    return [g for g in groups if g]
-
-
 def _trigram_param(group: int, position: int) -> str:
     return f"trigram_{group}_{position}"
 
@@ -262,51 +233,11 @@ def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
                 pattern = _once(sa.bindparam(_trigram_param(g, i), type_=sa.Text))
                 # a term without cased letters (CJK) is found alike in either case: LIKE
                 # compares bytes, where ILIKE folds every candidate's text first
-                # (the escape is PostgreSQL's default: backslash, as ``_escape_like`` writes)
+                # (the escape is PostgreSQL's default: backslash, as ``substrings.escape_like`` writes)
                 found = (doc.like if caseless else doc.ilike)(pattern)
                 parts.append(sa.not_(found) if negated else found)
         groups.append(sa.and_(sa.true(), *parts))
     return sa.or_(*groups)
-
-
-@functools.lru_cache(maxsize=256)
-def _substring_pattern(expression: str) -> re.Pattern | None:
-    """The trigram route's positive terms as one case-insensitive pattern, longest
-    first (None: no term). Kept per expression: every hit of a search needs it."""
-    terms = {text for group in _trigram_groups(query_terms(expression))
-             for negated, text in group if not negated and text}
-    if not terms:
-        return None
-    return re.compile("|".join(map(re.escape, sorted(terms, key=len, reverse=True))),
-                      re.IGNORECASE)
-
-
-def substring_snippet(texts, expression: str) -> str:
-    """The trigram route's snippet: up to ``LIKE_SNIPPET_CHARS`` characters of the
-    first text holding a term of ``expression`` (content, then tool name), starting
-    ``LIKE_SNIPPET_LEAD`` before the first match, each match (any case) marked
-    ``>>>…<<<``, ``...`` where the text was cut. No match (cannot happen for a found
-    row): the content's start."""
-    pattern = _substring_pattern(expression)
-    texts = [t for t in texts if isinstance(t, str) and t]
-    if pattern is not None:
-        for text in texts:
-            first = pattern.search(text)
-            if first is None:
-                continue
-            start = max(0, first.start() - LIKE_SNIPPET_LEAD)
-            end = min(len(text), max(start + LIKE_SNIPPET_CHARS, first.end()))
-            # FTS5 appends each stretch of text between marks up to a NUL only
-            cut = (lambda t: t.split("\x00", 1)[0]) if "\x00" in text else (lambda t: t)
-            window, pieces, at = text[start:end], [], 0
-            for match in pattern.finditer(window):
-                pieces += [cut(window[at:match.start()]), SNIPPET_OPEN, match.group(),
-                           SNIPPET_CLOSE]
-                at = match.end()
-            piece = "".join(pieces) + cut(window[at:])
-            return ((SNIPPET_ELLIPSIS if start > 0 else "") + piece
-                    + (SNIPPET_ELLIPSIS if end < len(text) else ""))
-    return texts[0][:LIKE_SNIPPET_CHARS] if texts else ""
 
 
 def _once(value: sa.ColumnElement) -> sa.ColumnElement:
@@ -372,13 +303,13 @@ class PostgresqlSearch(SearchRoute):
             # a phrase: its words' order is checked where the vector is at hand
             # (``best_page``); the shape names the statement that does so
             return PHRASED, {**values, "candidates": candidates}
-        groups = _trigram_groups(query_terms(expression))
+        groups = term_groups(query_terms(expression))
         if not groups:
             return None
         # per term: negated, and whether it has no cased letter (``_trigram_found``)
         shape = tuple(tuple((negated, text.lower() == text.upper() == text.casefold())
                             for negated, text in group) for group in groups)
-        values = {_trigram_param(g, i): f"%{_escape_like(text)}%"
+        values = {_trigram_param(g, i): f"%{escape_like(text)}%"
                   for g, group in enumerate(groups) for i, (_, text) in enumerate(group)}
         return shape, values
 
@@ -609,7 +540,6 @@ __all__ = [
     "relevance",
     "relevance_bound",
     "snippet_query",
-    "substring_snippet",
     "trigram_document",
     "tsquery",
     "tsquery_text",
