@@ -40,6 +40,8 @@ ONLY_ONE = {
         "roles.py": "who may use the database: grants for a runtime role",
         "storage.py": "how a server compresses long text (lz4); SQLite stores text as it is",
         "fts/tsquery.py": "an FTS5 expression as a tsquery (FTS5 reads its own expressions)",
+        "fts/substrings.py": "a query's terms as substrings, and their snippets (FTS5's "
+                             "trigram tokenizer reads its own terms)",
     },
 }
 #: facets one engine has (the other's property answers None), and why
