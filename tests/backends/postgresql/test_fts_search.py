@@ -354,13 +354,13 @@ def test_a_substring_first_page_is_the_smallest_ids_of_every_match(pg_url):
     """The trigram route's first page (``_substring_page``) reads the first matches as
     stored, then the key's range up to the largest of their ids, or every match: each
     way, it is the page sorting every match gives — also where rows with small ids were
-    moved to the end of the table (rewritten), so that the order they are stored in is
-    not id order."""
+    moved to the end of the table (written again), so that the order they are stored in
+    is not id order."""
     from hermes_store import SessionDB
 
     with SessionDB(pg_url) as db:
         with db.engine.begin() as conn:  # no vacuum makes room in the first pages for the
-            # rows rewritten below
+            # rows written again below
             conn.execute(sa.text("ALTER TABLE messages SET (autovacuum_enabled = off)"))
         db.create_session("a", "cli")
         db.append_messages("a", [
@@ -373,10 +373,13 @@ def test_a_substring_first_page_is_the_smallest_ids_of_every_match(pg_url):
                 "(SELECT id FROM messages WHERE content LIKE '%数据库%' ORDER BY id LIMIT 5) "
                 "UNION ALL (SELECT id FROM messages WHERE content LIKE '%记忆断裂%' "
                 "ORDER BY id LIMIT 3)")).scalars().all()
-            # a rewritten row is stored anew, past rows of larger ids: the first matches
-            # as stored are not the first by id
-            conn.execute(sa.text("UPDATE messages SET content = content WHERE id = ANY(:ids)"),
-                         {"ids": first_ids})
+            # a row written again is stored past the others (an update could stay on its
+            # page): the first matches as stored are not the first by id
+            columns = ", ".join(c.name for c in M.c)
+            conn.execute(sa.text(f"CREATE TEMP TABLE moved AS SELECT {columns} FROM messages "
+                                 "WHERE id = ANY(:ids)"), {"ids": first_ids})
+            conn.execute(sa.text("DELETE FROM messages WHERE id = ANY(:ids)"), {"ids": first_ids})
+            conn.execute(sa.text(f"INSERT INTO messages ({columns}) SELECT {columns} FROM moved"))
             as_stored = conn.execute(sa.text(
                 "SELECT id FROM messages WHERE content LIKE '%数据库%' ORDER BY ctid LIMIT 20"
             )).scalars().all()

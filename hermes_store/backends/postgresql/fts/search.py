@@ -233,7 +233,7 @@ def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
                 pattern = _once(sa.bindparam(_trigram_param(g, i), type_=sa.Text))
                 # a term without cased letters (CJK) is found alike in either case: LIKE
                 # compares bytes, where ILIKE folds every candidate's text first
-                # (the escape is PostgreSQL's default: backslash, as ``substrings.escape_like`` writes)
+                # (escaped with backslashes, PostgreSQL's default: ``escape_like``)
                 found = (doc.like if caseless else doc.ilike)(pattern)
                 parts.append(sa.not_(found) if negated else found)
         groups.append(sa.and_(sa.true(), *parts))
@@ -484,7 +484,7 @@ class PostgresqlSearch(SearchRoute):
                          sa.func.max(first.c.page_id).label("x")).subquery("s")
         ends = sa.select(sa.func.min(m.id).label("lo"), sa.func.max(m.id).label("hi")) \
             .subquery("e")
-        # the way the page is read (``WHOLE``, ``NARROW``, ``EVERY``): matches expected in
+        # the way the page is read (``_WHOLE``, ``_NARROW``, ``_EVERY``): matches expected in
         # all ≈ rows × (hi − lo) ÷ (x − lo); reading the key's range of x − lo ids pays
         # when it costs less than reading each of them
         width = sa.cast(seen.c.x - ends.c.lo, sa.Float)
@@ -496,15 +496,12 @@ class PostgresqlSearch(SearchRoute):
         gate = (sa.select(seen.c.x, ends.c.lo, way.label("way"))
                 .select_from(seen.join(ends, sa.true())).cte("t2"))
 
-        def once(value: sa.ColumnElement) -> sa.ColumnElement:
-            return sa.select(value).scalar_subquery()
-
         def read(this_way: int) -> sa.ColumnElement[bool]:
-            return once(gate.c.way) == _sql(this_way)
+            return _once(gate.c.way) == _sql(this_way)
 
         page = sa.union_all(
             sa.select(first.c.page_id).where(read(_WHOLE)),
-            matching().where(read(_NARROW), m.id.between(once(gate.c.lo), once(gate.c.x))),
+            matching().where(read(_NARROW), m.id.between(_once(gate.c.lo), _once(gate.c.x))),
             matching().where(read(_EVERY)),
         ).subquery("p")
         return (sa.select(page.c.page_id, self.rank(index, messages, shape).label("page_rank"))
