@@ -140,7 +140,7 @@ LONG_BYTES, BYTES_PER_WORD, RANK_CAP = 2048, 64, 0.1
 FIRST_PAGES = 4
 #: the trigram route's first page (``PostgresqlSearch._substring_page``): reading one
 #: match's heap page costs about what this many ids of the primary key's range cost in
-#: a bitmap (25–46 on the benchmark machine: docs/performance.md)
+#: a bitmap (25–45 on the benchmark machine: docs/performance.md)
 IDS_PER_MATCH_READ = 32
 #: its three ways: the first matches read are all of them; the key's range up to the
 #: largest of theirs; every match, sorted
@@ -241,9 +241,9 @@ def _trigram_found(doc: sa.ColumnElement, shape, *, positive: bool = False):
 
 
 def _once(value: sa.ColumnElement) -> sa.ColumnElement:
-    """``value`` (built from bound parameters only) as an uncorrelated scalar subquery:
-    PostgreSQL computes it once per execution (an InitPlan), and its planner cannot
-    see it.
+    """``value`` (built from bound parameters, or read from a CTE of the statement) as an
+    uncorrelated scalar subquery: PostgreSQL computes it once per execution (an
+    InitPlan), and its planner cannot see it (``_substring_page`` gates its branches so).
 
     Both matter for the search statements. Seen by the planner, a query text makes
     every search plan anew (``plan_cache_mode=auto`` keeps choosing custom plans, as
