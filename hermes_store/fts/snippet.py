@@ -21,9 +21,9 @@ rules:
   (each piece cut at a NUL character, as FTS5's printf cuts it).
 
 A search prepares its query once (:class:`SnippetQuery`: the phrases, what marks them)
-and cuts each hit's snippet with it; :func:`snippet` does both for one row. A query of
-one phrase over columns no longer than the window (most hits: a message of a few words)
-skips the windows: the column is whole, its instances found by one pattern.
+and cuts each hit's snippet with it; :func:`snippet` does both for one row. Over columns
+no longer than the window (most hits: a message of a few words) the windows are
+skipped: the column is whole, each phrase's instances found by one pattern.
 ``tests/repository/test_snippet.py`` holds the output equal to SQLite's own
 ``snippet()`` over generated rows and queries.
 """
@@ -330,6 +330,14 @@ def _merged(spans) -> list[tuple[int, int]]:
     return runs
 
 
+def _instance_pattern(phrase: Phrase) -> re.Pattern:
+    """A pattern whose group 1 is each instance of ``phrase`` in a spaced text: where a
+    token starts (after a space or at 0), its words apart by spaces only, the last one
+    ending a token; overlapping instances found by a lookahead."""
+    words = " +".join(map(re.escape, phrase.words)) + ("[^ ]*" if phrase.prefix else "")
+    return re.compile(f"(?<![^ ])(?=({words})(?![^ ]))")
+
+
 class SnippetQuery:
     """A query's phrases prepared once for the snippets of many rows (a search page).
 
@@ -339,7 +347,7 @@ class SnippetQuery:
     positive phrases joined by OR)."""
 
     __slots__ = ("phrases", "operands", "width", "open_mark", "close_mark", "ellipsis",
-                 "_firsts", "_required", "_instance")
+                 "_firsts", "_required", "_instance", "_instances")
 
     def __init__(self, phrases: Sequence[Phrase],
                  operands: Sequence[Sequence[tuple[int, bool]]] | None = None, *,
@@ -364,17 +372,21 @@ class SnippetQuery:
         self._instance = None
         if len(self.phrases) == 1 and self.phrases[0].words and (
                 self.operands is None or self._required is not None):
-            phrase = self.phrases[0]
-            words = " +".join(map(re.escape, phrase.words)) + ("[^ ]*" if phrase.prefix else "")
-            self._instance = re.compile(f"(?<![^ ])(?=({words})(?![^ ]))")
+            self._instance = _instance_pattern(self.phrases[0])
+        # several phrases, each found so (``_whole_of_several``); None: a phrase has no
+        # words, left to the general path
+        self._instances = None
+        if (self._instance is None and len(self.phrases) > 1
+                and all(phrase.words for phrase in self.phrases)):
+            self._instances = tuple(_instance_pattern(phrase) for phrase in self.phrases)
 
-    def _kept(self, parsed) -> set[int] | None:
-        """The phrases FTS5 reports instances of (None: all): those of the OR-operands
-        the row satisfies (every positive phrase found in some column, no negated one);
-        the phrases of an operand that fails are not marked, even where they occur."""
+    def _kept(self, found: set[int]) -> set[int] | None:
+        """The phrases FTS5 reports instances of (None: all), of the phrases ``found`` in
+        the row: those of the OR-operands the row satisfies (every positive phrase found
+        in some column, no negated one); the phrases of an operand that fails are not
+        marked, even where they occur."""
         if self.operands is None:
             return None
-        found = {number for _, instances in parsed for _, number, _ in instances}
         if self._required is not None:
             return None if self._required <= found else set()
         kept: set[int] = set()
@@ -387,14 +399,15 @@ class SnippetQuery:
         """The snippet of the row whose indexed ``columns`` are given (None: empty)."""
         if not columns:
             return ""
-        if self._instance is None:
+        if self._instance is None and self._instances is None:
             return self._general(columns)
         # each text column's spaced form (``_spaced``; None: split by the regex), made
         # once for both paths (a query that has no whole path splits inline: a list
         # made for it alone cost its hits 1 µs each)
         spaced = [_spaced(text) if text and isinstance(text, str) else None
                   for text in columns]
-        whole = self._whole(columns, spaced)
+        whole = (self._whole(columns, spaced) if self._instance is not None
+                 else self._whole_of_several(columns, spaced))
         return self._general(columns, spaced) if whole is None else whole
 
     def _whole(self, columns: Sequence[str | None], spaced_forms: list) -> str | None:
@@ -436,6 +449,56 @@ class SnippetQuery:
         out.append(text[offset:])
         return "".join(out)
 
+    def _whole_of_several(self, columns: Sequence[str | None],
+                          spaced_forms: list) -> str | None:
+        """``_whole`` for a query of several phrases (a boolean query): the column of the
+        best score — 1,000 per phrase marked there, one per further instance (a window
+        holding the whole column starts at its first token: no sentence bonus) — whole,
+        the instances of the phrases FTS5 reports (``_kept``) marked. None where the
+        general path must decide, as for ``_whole``.
+
+        About two thirds of the general path's time for a short message
+        (docs/performance.md, issue 32)."""
+        patterns, width = self._instances, self.width
+        held, found = [], set()
+        for text, spaced in zip(columns, spaced_forms):
+            if not text or not isinstance(text, str):
+                continue
+            if spaced is None:
+                return None
+            spans = []
+            for number, phrase in enumerate(self.phrases):
+                if phrase.words[0] not in spaced:
+                    continue
+                if len(spaced) > _WHOLE_CHARS * width:
+                    return None  # (as good as surely longer than the window)
+                spans += [(*m.span(1), number) for m in patterns[number].finditer(spaced)]
+            if not spans:
+                continue
+            # (fewer than 2 × width characters hold at most width tokens)
+            if len(spaced) >= 2 * width and len(spaced.split()) > width:
+                return None
+            found.update(number for _, _, number in spans)
+            held.append((text, spans))
+        kept = self._kept(found)
+        best, best_score = None, 0
+        for text, spans in held:
+            if kept is not None:
+                spans = [span for span in spans if span[2] in kept]
+            seen = len({number for _, _, number in spans})
+            score = _PHRASE_SCORE * seen + len(spans) - seen if seen else 0
+            if score > best_score:
+                best, best_score = (text, spans), score
+        if best is None or "\x00" in best[0]:  # (``_cut`` cuts each piece at a NUL)
+            return None
+        text, spans = best
+        out, offset = [], 0
+        for start, end in _merged(sorted((start, end) for start, end, _ in spans)):
+            out += [text[offset:start], self.open_mark, text[start:end], self.close_mark]
+            offset = end
+        out.append(text[offset:])
+        return "".join(out)
+
     def _general(self, columns: Sequence[str | None], spaced_forms: list | None = None) -> str:
         """The snippet by FTS5's steps: each column's instances, the best window, the cut
         (``spaced_forms``: each column's ``_spaced``, where the caller has them)."""
@@ -455,7 +518,7 @@ class SnippetQuery:
                     continue
             column = _Column(text, spaced)
             parsed.append((column, _instances(column, phrases)))
-        kept = self._kept(parsed)
+        kept = self._kept({number for _, instances in parsed for _, number, _ in instances})
         if kept is not None:
             parsed = [(column, [i for i in instances if i[1] in kept])
                       for column, instances in parsed]

@@ -163,6 +163,50 @@ def test_a_short_columns_snippet_is_the_general_paths(fts, content, tool_name, t
             assert_snippet_is_fts5s(fts, columns, [(tuple(words), prefix)], " ")
 
 
+# Several phrases (a boolean query) take such a path too (``_whole_of_several``): each
+# column's instances of every phrase, those of the OR-operands the row satisfies marked
+# (``operands``: AND, OR, NOT as ``fts/tsquery.operands`` writes them; None: every
+# phrase, as an OR of them).
+operand_lists = st.lists(
+    st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=1, max_size=3),
+    min_size=1, max_size=3)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(content=short_texts, tool_name=st.one_of(st.none(), st.sampled_from(SHORT_WORDS)),
+       tool_calls=st.one_of(st.none(), short_texts),
+       query=st.lists(st.tuples(one_phrase, st.booleans()), min_size=2, max_size=3),
+       operands=st.one_of(st.none(), operand_lists))
+def test_several_phrases_over_short_columns_take_the_general_paths_snippet(
+        fts, content, tool_name, tool_calls, query, operands):
+    phrases = [Phrase(tuple(words), prefix) for words, prefix in query]
+    if operands is not None:
+        operands = [[(number % len(phrases), negated) for number, negated in operand]
+                    for operand in operands]
+    query_ = SnippetQuery(phrases, operands)
+    columns = (content, tool_name, tool_calls)
+    whole = query_._whole_of_several(columns, spaced_forms(columns))
+    if whole is not None:
+        assert whole == query_._general(columns, spaced_forms(columns))
+        if operands is None and "\x00" not in content + (tool_calls or ""):
+            assert_snippet_is_fts5s(fts, columns, query, " OR ")
+
+
+def test_a_boolean_querys_short_row_takes_the_whole_column_path():
+    # "kubernetes OR swarm NOT docker": kubernetes, or swarm without docker
+    phrases = [Phrase(("kubernetes",)), Phrase(("swarm",)), Phrase(("docker",))]
+    query = SnippetQuery(phrases, [[(0, False)], [(1, False), (2, True)]])
+    both = ("Move the swarm to Kubernetes, not docker swarm.", None, None)
+    assert query._whole_of_several(both, spaced_forms(both)) == \
+        "Move the swarm to >>>Kubernetes<<<, not docker swarm."
+    swarm = ("docker_swarm", "swarm", "kubernetes swarm")
+    assert query._whole_of_several(swarm, spaced_forms(swarm)) == ">>>kubernetes<<< swarm"
+    for columns in (both, swarm):
+        assert query.snippet(columns) == query._general(columns, spaced_forms(columns))
+    long = ("swarm " + "word " * 60, None, None)
+    assert query._whole_of_several(long, spaced_forms(long)) is None  # the window decides
+
+
 def test_a_short_row_takes_the_whole_column_path():
     query = SnippetQuery([Phrase(("chat", "send"))], [[(0, False)]])
     columns = ("Use chat-send, then chat send again.", None, '{"tool": "chat_send"}')
