@@ -28,7 +28,7 @@ LAYERS = [
                     "hermes_store.policy", "hermes_store.revisions",
                     "hermes_store.location", "hermes_store.schema", "hermes_store.telegram_schema",
                     "=hermes_store.fts", "hermes_store.fts.layout", "hermes_store.fts.query",
-                    "hermes_store.fts.snippet",
+                    "hermes_store.fts.tokens", "hermes_store.fts.snippet",
                     "hermes_store.startup",
                     "=hermes_store.migrations", "=hermes_store.migrations.telegram_topics",
                     "hermes_store.migrations.helpers", "hermes_store.migrations.fts_history",

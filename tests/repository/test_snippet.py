@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_store.fts.query import SNIPPET_TOKENS
-from hermes_store.fts.snippet import Phrase, SnippetQuery, _Column, _spaced, snippet
+from hermes_store.fts.snippet import Phrase, SnippetQuery, snippet
+from hermes_store.fts.tokens import Column, spaced_form
 
 WORDS = ["docker", "compose", "deploy", "deploying", "chat", "send", "alpha", "beta",
          "gamma", "Docker", "DEPLOY", "x1", "42", "kube"]
@@ -126,7 +127,7 @@ CASED_BY_CONTEXT = ["ΟΔΟΣ", "ΣΑΣ", "İstanbul", "İ"]
 @given(text=texts_of(MOSTLY_ASCII_WORDS + CASED_BY_CONTEXT, MOSTLY_ASCII_SEPARATORS,
                      min_size=60, max_size=200))
 def test_the_fast_split_finds_the_regex_splits_tokens_and_places(text):
-    fast, regex = _Column(text), _Column(text, None)
+    fast, regex = Column(text), Column(text, None)
     assert fast.tokens == regex.tokens
     for i in range(len(regex.tokens)):
         assert (fast.start_of(i), fast.end_of(i)) == (regex.start_of(i), regex.end_of(i))
@@ -144,8 +145,8 @@ one_phrase = st.lists(st.sampled_from(["chat", "send", "docker"]), min_size=1, m
 
 
 def spaced_forms(columns) -> list:
-    """Each column's ``_spaced`` form, as ``SnippetQuery.snippet`` hands them on."""
-    return [_spaced(text) if text else None for text in columns]
+    """Each column's ``spaced_form``, as ``SnippetQuery.snippet`` hands them on."""
+    return [spaced_form(text) if text else None for text in columns]
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -224,11 +225,11 @@ def test_a_short_row_takes_the_whole_column_path():
 
 def test_text_cased_by_context_short_or_mostly_beyond_ascii_takes_the_regex_split():
     log = "docker compose up " * 20
-    assert _Column(log + "ΟΔΟΣ ok")._offsets is not None
-    assert _Column(log + "İstanbul ok")._offsets is not None
-    assert _Column("记忆断裂 " * 80 + "docker")._offsets is not None  # a CJK text
-    assert _Column("docker 日志")._offsets is not None  # short
-    mostly_ascii = _Column(log + "日志")
+    assert Column(log + "ΟΔΟΣ ok")._offsets is not None
+    assert Column(log + "İstanbul ok")._offsets is not None
+    assert Column("记忆断裂 " * 80 + "docker")._offsets is not None  # a CJK text
+    assert Column("docker 日志")._offsets is not None  # short
+    mostly_ascii = Column(log + "日志")
     assert mostly_ascii._offsets is None and mostly_ascii.tokens[-1] == "日志"
 
 
