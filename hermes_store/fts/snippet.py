@@ -82,6 +82,12 @@ def _instances(column: Column, phrases: Sequence[Phrase]) -> list[tuple[int, int
     return found
 
 
+def _score(phrases: int, instances: int) -> int:
+    """A window's score (``fts5SnippetScore``) where it holds ``instances`` instances of
+    ``phrases`` phrases: 1,000 per phrase, 1 per repeat."""
+    return _PHRASE_SCORE * phrases + instances - phrases if phrases else 0
+
+
 def _bonus(sentence: int) -> int:
     """The bonus of a window that starts the sentence at token ``sentence``."""
     return _FIRST_SENTENCE_BONUS if sentence == 0 else _SENTENCE_BONUS
@@ -111,8 +117,7 @@ class _Windows:
         numbers = [number for _, number, _ in self.instances]
         scores = []
         for lo, hi in zip(los, his):
-            seen = len(set(numbers[lo:hi]))
-            scores.append(_PHRASE_SCORE * seen + hi - lo - seen if seen else 0)
+            scores.append(_score(len(set(numbers[lo:hi])), hi - lo))
         return scores
 
     def centred(self, start: int) -> int:
@@ -255,13 +260,7 @@ class SnippetQuery:
                 best, best_count = (text, spans), len(spans)
         if best is None or "\x00" in best[0]:  # (``_cut`` cuts each piece at a NUL)
             return None
-        text, spans = best
-        out, offset = [], 0
-        for start, end in _merged(spans):
-            out += [text[offset:start], self.open_mark, text[start:end], self.close_mark]
-            offset = end
-        out.append(text[offset:])
-        return "".join(out)
+        return self._marked(*best)
 
     def _whole_of_several(self, columns: Sequence[str | None],
                           spaced_forms: list) -> str | None:
@@ -271,8 +270,8 @@ class SnippetQuery:
         the instances of the phrases FTS5 reports (``_kept``) marked. None where the
         general path must decide, as for ``_whole``.
 
-        About two thirds of the general path's time for a short message
-        (docs/performance.md, issue 32)."""
+        About three quarters of the general path's time for a short message (0.69–0.83,
+        docs/performance.md, issue 32)."""
         patterns, width = self._instances, self.width
         held, found = [], set()
         for text, spaced in zip(columns, spaced_forms):
@@ -280,13 +279,14 @@ class SnippetQuery:
                 continue
             if spaced is None:
                 return None
-            spans = []
-            for number, phrase in enumerate(self.phrases):
-                if phrase.words[0] not in spaced:
-                    continue
-                if len(spaced) > _WHOLE_CHARS * width:
-                    return None  # (as good as surely longer than the window)
-                spans += [(*m.span(1), number) for m in patterns[number].finditer(spaced)]
+            present = [number for number, phrase in enumerate(self.phrases)
+                       if phrase.words[0] in spaced]
+            if not present:
+                continue
+            if len(spaced) > _WHOLE_CHARS * width:
+                return None  # (as good as surely longer than the window)
+            spans = [(*m.span(1), number)
+                     for number in present for m in patterns[number].finditer(spaced)]
             if not spans:
                 continue
             # (fewer than 2 × width characters hold at most width tokens)
@@ -299,15 +299,19 @@ class SnippetQuery:
         for text, spans in held:
             if kept is not None:
                 spans = [span for span in spans if span[2] in kept]
-            seen = len({number for _, _, number in spans})
-            score = _PHRASE_SCORE * seen + len(spans) - seen if seen else 0
+            score = _score(len({number for _, _, number in spans}), len(spans))
             if score > best_score:
                 best, best_score = (text, spans), score
         if best is None or "\x00" in best[0]:  # (``_cut`` cuts each piece at a NUL)
             return None
         text, spans = best
+        return self._marked(text, sorted((start, end) for start, end, _ in spans))
+
+    def _marked(self, text: str, spans) -> str:
+        """``text`` whole, each run of overlapping ``spans`` ((start, end), sorted) marked
+        (the whole paths' snippet)."""
         out, offset = [], 0
-        for start, end in _merged(sorted((start, end) for start, end, _ in spans)):
+        for start, end in _merged(spans):
             out += [text[offset:start], self.open_mark, text[start:end], self.close_mark]
             offset = end
         out.append(text[offset:])
@@ -356,8 +360,7 @@ class SnippetQuery:
         if size <= width:
             # Every window holds the whole column and starts at its first token: the
             # score counts every instance (what the candidates below would find).
-            seen = len({phrase for _, phrase, _ in instances})
-            return _PHRASE_SCORE * seen + len(instances) - seen, 0
+            return _score(len({phrase for _, phrase, _ in instances}), len(instances)), 0
         # The candidates, in FTS5's order: each instance's window, then the window of
         # the sentence it is in (a bonus for starting a sentence); the first best wins.
         windows = _Windows(instances, len(self.phrases), width, size)
