@@ -180,10 +180,11 @@ def timed(fn: Callable[[], object], sink: list[float]) -> object:
 
 
 def interleaved(sides: dict[str, tuple[Callable[[], object], "Samples"]], rounds: int,
-                iterations: int) -> dict[str, dict]:
+                iterations: int, *, pause: float = 0.0) -> dict[str, dict]:
     """Time every side ``iterations`` times per round, rotating which side goes first
     each round so no side always runs on a warm (or cold) cache; returns each side's
-    summary."""
+    summary. ``pause``: seconds idle before each timed call (untimed), so that each call
+    starts as an isolated one does rather than hot from the call before."""
     order = list(sides)
     for _ in range(rounds):
         order = order[1:] + order[:1]
@@ -191,6 +192,8 @@ def interleaved(sides: dict[str, tuple[Callable[[], object], "Samples"]], rounds
             fn, samples = sides[name]
             sink = samples.new_round()
             for _ in range(iterations):
+                if pause:
+                    time.sleep(pause)
                 t0 = time.perf_counter()
                 fn()
                 sink.append(time.perf_counter() - t0)
