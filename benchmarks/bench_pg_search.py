@@ -35,9 +35,9 @@ SQLite file is built once and cached like the other stores; ``--ops-messages N``
 sizes it (100k by default; less for a quick run).
 
 ``--pause-ms N`` times each call after N ms idle (untimed) instead of straight after
-the call before: an agent makes its searches seconds apart, and on a machine whose
-cores slow down when idle a call run hot in a loop (SQLite's, all in-process) gains
-more than one that waits on a server in its middle (docs/performance.md, issue 32).
+the call before: on a machine whose cores slow down when idle, a call run hot in a loop
+(SQLite's, all in-process) gains more than one that waits on a server in its middle;
+an agent's calls come seconds apart, after idle spells (docs/performance.md, issue 32).
 The ratio is then reported as its own row, without the target, which is read on calls
 in a loop.
 
