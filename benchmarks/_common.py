@@ -206,8 +206,14 @@ def paired_ratio(ours: Samples, baseline: Samples) -> float:
     machine that slows a round slows both sides of it and cancels in that round's ratio.
     The ratio of each side's own median over the rounds pairs one side's slow rounds with
     the other's fast ones."""
+    return statistics.median(round_ratios(ours, baseline))
+
+
+def round_ratios(ours: Samples, baseline: Samples) -> list[float]:
+    """Each round's ``ours`` p50 ÷ ``baseline`` p50 (rounds run side by side:
+    ``interleaved``), in round order."""
     pairs = zip(ours.round_medians(), baseline.round_medians(), strict=True)
-    return statistics.median(a / b for a, b in pairs)
+    return [a / b for a, b in pairs]
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

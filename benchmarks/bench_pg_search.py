@@ -65,7 +65,7 @@ import _ops_corpus  # noqa: E402
 import _pg  # noqa: E402
 import _stores  # noqa: E402
 from _common import (  # noqa: E402
-    OtherLoad, Samples, human, interleaved, log, main_for, paired_ratio,
+    OtherLoad, Samples, human, interleaved, log, main_for, paired_ratio, round_ratios,
 )
 from _floor import Floor, Recorder, engine_of  # noqa: E402
 from bench_search import QUERIES, WorkCounter  # noqa: E402
@@ -167,7 +167,7 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
         checked.append(_Checked(query, kwargs, case, same, len(lite_all), pages, buffers,
                                 ticks, {"pg": Samples(), "lite": Samples()}))
     passes = max(1, int(args.passes))
-    pause = max(0.0, float(getattr(args, "pause_ms", 0.0))) / 1e3
+    pause = max(0.0, args.pause_ms) / 1e3
     other = OtherLoad()
     for number in range(passes):
         for one in checked:
@@ -202,8 +202,8 @@ def _compare(args, report, pg, lite, lite_path, queries, corpus: str, n: int,
             target, met = f"≤ {TARGET_RATIO:g}", paired <= TARGET_RATIO
         report.add(NAME, case, metric, "×", paired, target=target, met=met,
                    rounds=len(one.samples["pg"].rounds),
-                   round_ratios=[round(a / b, 3) for a, b in zip(
-                       one.samples["pg"].round_medians(), one.samples["lite"].round_medians())])
+                   round_ratios=[round(r, 3) for r in round_ratios(one.samples["pg"],
+                                                                   one.samples["lite"])])
         report.add(NAME, case, "p95", "ms", res["pg"]["p95"] * 1e3, res["lite"]["p95"] * 1e3)
         report.add(NAME, case, "work: PostgreSQL buffers, SQLite k VM instr.", "",
                    float(one.buffers), float(one.ticks))
@@ -319,6 +319,8 @@ def run(args, report) -> None:
         args.ops_messages = OPS_MESSAGES
     if not hasattr(args, "passes"):
         args.passes = PASSES
+    if not hasattr(args, "pause_ms"):
+        args.pause_ms = 0.0
     with _pg.server(_pg.DEPLOYMENT_SETTINGS) as srv:
         version = srv.admin("SHOW server_version")[0][0]
         if corpus in ("workload", "both"):
