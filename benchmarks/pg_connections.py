@@ -10,7 +10,8 @@ messages) and times, per variant, the hot calls of ``benchmarks/bench_read.py`` 
 
 * ``pooled`` — what ships (``pg_backend.KEEP_CONNECTIONS = False``): each checkout looks
   at the socket for a session the server ended, and pings only a connection idle for
-  ``postgres.PING_AFTER_IDLE`` seconds (``postgres._check_on_checkout``);
+  ``engine.PING_AFTER_IDLE`` seconds (``backends/postgresql/engine.py``,
+  ``_check_on_checkout``);
 * ``pooled + pre-ping`` — the same plus SQLAlchemy's pre-ping, a ``SELECT 1`` round
   trip at every checkout (what shipped before);
 * ``held`` — ``engine.KeptConnections`` as on SQLite (a reader, a writer and an
@@ -34,7 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hermes_store import SessionDB, migrate, postgres  # noqa: E402
+from hermes_store import SessionDB, migrate  # noqa: E402
+from hermes_store.backends import postgresql as pg_backend  # noqa: E402
+from hermes_store.backends.postgresql import engine as pg_engine  # noqa: E402
 
 VARIANTS = {
     "pooled (ships)": dict(hold=False, pre_ping=False),
@@ -43,9 +46,10 @@ VARIANTS = {
 }
 
 
-def configure(hold: bool, pre_ping: bool, original=postgres.create_engine) -> None:
+def configure(hold: bool, pre_ping: bool, original=pg_engine.create_engine) -> None:
+    # both read at each store's opening (PostgresqlBackend.open_store)
     pg_backend.KEEP_CONNECTIONS = hold
-    postgres.create_engine = functools.partial(original, pool_pre_ping=pre_ping)
+    pg_engine.create_engine = functools.partial(original, pool_pre_ping=pre_ping)
 
 
 def fill(url: str) -> None:
