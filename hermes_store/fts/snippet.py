@@ -149,12 +149,33 @@ def _merged(spans) -> list[tuple[int, int]]:
     return runs
 
 
-def _instance_pattern(phrase: Phrase) -> re.Pattern:
-    """A pattern whose group 1 is each instance of ``phrase`` in a spaced text: where a
-    token starts (after a space or at 0), its words apart by spaces only, the last one
-    ending a token; overlapping instances found by a lookahead."""
-    words = " +".join(map(re.escape, phrase.words)) + ("[^ ]*" if phrase.prefix else "")
-    return re.compile(f"(?<![^ ])(?=({words})(?![^ ]))")
+class _InstanceFinder:
+    """Finds each instance of one phrase in a spaced text (``spaced_form``): where a token
+    starts (after a space or at 0), its words apart by spaces only, the last one ending a
+    token (or, for ``term*``, any token it starts); overlapping instances included.
+
+    The first word is looked for with ``str.find`` and the phrase matched only there: a
+    pattern tried at every character (a look-behind at each) took 1.2 µs for a message
+    of 60 characters, most of its snippet's time (docs/performance.md, issue 32)."""
+
+    __slots__ = ("first", "whole")
+
+    def __init__(self, phrase: Phrase) -> None:
+        self.first = phrase.words[0]
+        words = " +".join(map(re.escape, phrase.words)) + ("[^ ]*" if phrase.prefix else "")
+        self.whole = re.compile(f"{words}(?![^ ])")
+
+    def spans(self, spaced: str) -> list[tuple[int, int]]:
+        """(start, end) of every instance in ``spaced``, by start."""
+        found, first, match = [], self.first, self.whole.match
+        at = spaced.find(first)
+        while at >= 0:
+            if at == 0 or spaced[at - 1] == " ":
+                instance = match(spaced, at)
+                if instance is not None:
+                    found.append(instance.span())
+            at = spaced.find(first, at + 1)
+        return found
 
 
 class SnippetQuery:
@@ -191,13 +212,13 @@ class SnippetQuery:
         self._instance = None
         if len(self.phrases) == 1 and self.phrases[0].words and (
                 self.operands is None or self._required is not None):
-            self._instance = _instance_pattern(self.phrases[0])
+            self._instance = _InstanceFinder(self.phrases[0])
         # several phrases, each found so (``_whole_of_several``); None: a phrase has no
         # words, left to the general path
         self._instances = None
         if (self._instance is None and len(self.phrases) > 1
                 and all(phrase.words for phrase in self.phrases)):
-            self._instances = tuple(_instance_pattern(phrase) for phrase in self.phrases)
+            self._instances = tuple(_InstanceFinder(phrase) for phrase in self.phrases)
 
     def _kept(self, found: set[int]) -> set[int] | None:
         """The phrases FTS5 reports instances of (None: all), of the phrases ``found`` in
@@ -250,7 +271,7 @@ class SnippetQuery:
                 continue
             if len(spaced) > _WHOLE_CHARS * self.width:
                 return None  # (as good as surely longer than the window)
-            spans = [m.span(1) for m in self._instance.finditer(spaced)]
+            spans = self._instance.spans(spaced)
             if not spans:
                 continue
             # (fewer than 2 × width characters hold at most width tokens)
@@ -285,8 +306,8 @@ class SnippetQuery:
                 continue
             if len(spaced) > _WHOLE_CHARS * width:
                 return None  # (as good as surely longer than the window)
-            spans = [(*m.span(1), number)
-                     for number in present for m in patterns[number].finditer(spaced)]
+            spans = [(*span, number)
+                     for number in present for span in patterns[number].spans(spaced)]
             if not spans:
                 continue
             # (fewer than 2 × width characters hold at most width tokens)
