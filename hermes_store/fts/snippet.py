@@ -331,6 +331,10 @@ class SnippetQuery:
     def _marked(self, text: str, spans) -> str:
         """``text`` whole, each run of overlapping ``spans`` ((start, end), sorted) marked
         (the whole paths' snippet)."""
+        if len(spans) == 1:  # most hits: one instance, written at once
+            (start, end), = spans
+            return (f"{text[:start]}{self.open_mark}{text[start:end]}{self.close_mark}"
+                    f"{text[end:]}")
         out, offset = [], 0
         for start, end in _merged(spans):
             out += [text[offset:start], self.open_mark, text[start:end], self.close_mark]
