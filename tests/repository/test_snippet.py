@@ -261,6 +261,12 @@ def test_only_the_phrases_of_a_satisfied_operand_are_marked():
       None, None), "deploy*", [Phrase(("deploy",), prefix=True)]),
     (("nothing relevant", "docker_run", '{"name": "docker"}'), "docker", [Phrase(("docker",))]),
     (("", None, None), "docker", [Phrase(("docker",))]),
+    # instances found where the first word starts a token only, overlapping ones merged
+    (("chat chat chat send", None, None), '"chat chat"', [Phrase(("chat", "chat"))]),
+    (("rechat send; chatsend; chat  send", None, None), '"chat send"',
+     [Phrase(("chat", "send"))]),
+    (("chat send, chat-sending, chat sender", None, None), '"chat send"*',
+     [Phrase(("chat", "send"), prefix=True)]),
 ])
 def test_examples_against_fts5(fts, columns, query, phrases):
     want = sqlite_snippet(fts, columns, query)
