@@ -378,11 +378,10 @@ class PostgresqlSearch(SearchRoute):
         checked on each candidate's vector, and a long message's is stored out of line:
         reading those was most of a search for a phrase found in long tool outputs. So
         the first pages are picked from the candidates (``tsquery.candidate_text``:
-        the words in any order, which GIN answers alone), and a candidate's order is
-        checked only once it is among them (``hit``): a candidate that is no match takes
-        a place there, no page (checking each as it was read cost a phrase's search 5–8 %
-        more, most candidates being matches). The page is the one ranking every match
-        gives (tested)."""
+        the words in any order, which GIN answers alone), a short one's order checked
+        as it is read, a long one's only once it is among them (``hit``): a long
+        candidate that is no match takes a place there, no page. The page is the one
+        ranking every match gives (tested)."""
         if rows is None:
             return super().best_page(index, messages, shape, source, filters, rows)
         if index != FTS_TABLE:
@@ -409,11 +408,11 @@ class PostgresqlSearch(SearchRoute):
         source, long = source.join(sized, sa.true()), sized.c.long
         bound, exact = sized.c.bound, _ts_rank(document(messages), query)
         key = (-sa.case((long, bound), else_=exact)).label("key1")
-        # the vector of a long one only, to be ranked (a short one's rank is its key); a
-        # phrase's candidates carry theirs, their order checked once among the first pages
-        vector = (document(messages) if phrased
-                  else sa.case((long, document(messages)))).label("vector")
-        found = matches(messages, subquery["c"]) if phrased else full
+        # the vector of a long one only, to be ranked (a short one's rank is its key)
+        vector = sa.case((long, document(messages))).label("vector")
+        # a phrase's candidates: its order checked now where the vector is in the row
+        found = sa.and_(matches(messages, subquery["c"]), sa.or_(long, full)) if phrased \
+            else full
         first = (sa.select(self.row_id(index, messages).label("page_id"), key, long, vector,
                            bound)
                  .select_from(source).where(found, *filters)
@@ -421,8 +420,9 @@ class PostgresqlSearch(SearchRoute):
         ranked = sa.case((first.c.long, sa.func.least(_ts_rank(first.c.vector, query),
                                                       first.c.bound)),
                          else_=-first.c.key1)
-        # a match (``phrased``: a candidate's order checked here, vector in hand)
-        hit = (matches_vector(first.c.vector, match_query).label("hit"),) if phrased else ()
+        # a match (``phrased``: a long candidate's order checked here, vector in hand)
+        hit = (sa.or_(sa.not_(first.c.long), matches_vector(first.c.vector, match_query))
+               .label("hit"),) if phrased else ()
         exacts = sa.select(first.c.page_id, first.c.key1, first.c.long,
                            ranked.label("exact"), *hit).cte("e1")
         # the page-th best relevance among the matches; of all of them: how many, the
