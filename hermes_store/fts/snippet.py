@@ -207,8 +207,7 @@ class SnippetQuery:
             if numbers == frozenset(range(len(self.phrases))):
                 self._required = numbers
         # one phrase, marked wherever it occurs: ``_whole`` finds its instances in a
-        # spaced column's text (token starts after a space or at 0; words apart by
-        # spaces only; overlapping instances found by a lookahead)
+        # spaced column's text (``_InstanceFinder``)
         self._instance = None
         if len(self.phrases) == 1 and self.phrases[0].words and (
                 self.operands is None or self._required is not None):
