@@ -314,13 +314,11 @@ def _ops(args, report, srv) -> None:
 
 def run(args, report) -> None:
     report.sides = ("PostgreSQL", "SQLite", None)
-    corpus = getattr(args, "corpus", "both")
-    if not hasattr(args, "ops_messages"):
-        args.ops_messages = OPS_MESSAGES
-    if not hasattr(args, "passes"):
-        args.passes = PASSES
-    if not hasattr(args, "pause_ms"):
-        args.pause_ms = 0.0
+    # run.py passes only the shared options: this benchmark's own take their defaults
+    for name, default in vars(_own_arguments([])[0]).items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    corpus = args.corpus
     with _pg.server(_pg.DEPLOYMENT_SETTINGS) as srv:
         version = srv.admin("SHOW server_version")[0][0]
         if corpus in ("workload", "both"):
